@@ -1,0 +1,31 @@
+"""The epifuse::FusedConv op contract (shared/docs/fusedconv-op.md, v1) as Python data.
+
+The plugins implement the same table in plugins/core; tests/test_contract.py checks both agree.
+"""
+from __future__ import annotations
+
+DOMAIN = "epifuse"
+OP_TYPE = "FusedConv"
+OPSET_VERSION = 1
+PLUGIN_NAMESPACE = "epifuse"
+PLUGIN_VERSION = "1"
+
+# activation name -> default parameters (the number of parameters is fixed per activation)
+ACTIVATIONS: dict[str, tuple[float, ...]] = {
+    "identity": (),
+    "relu": (),
+    "leaky_relu": (0.01,),
+    "clip": (float("-inf"), float("inf")),
+    "sigmoid": (),
+    "tanh": (),
+    "silu": (),
+    "hardsigmoid": (0.2, 0.5),
+    "hardswish": (),
+    "gelu": (),
+    "gelu_tanh": (),
+    "mish": (),
+    "elu": (1.0,),
+    "softplus": (),
+}
+
+RESIDUAL_MODES = ("none", "pre", "post")

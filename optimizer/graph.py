@@ -1,0 +1,145 @@
+"""Small helpers on onnx-graphsurgeon graphs shared by the passes (no second IR on top of gs)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+NCHW_TO_NHWC = (0, 2, 3, 1)
+NHWC_TO_NCHW = (0, 3, 1, 2)
+
+
+def producer(t: gs.Tensor) -> gs.Node | None:
+    return t.inputs[0] if t.inputs else None
+
+
+def constant_value(t: gs.Tensor | None) -> np.ndarray | None:
+    """The value of a constant tensor (initializer or Constant-node output), else None."""
+    if t is None:
+        return None
+    if isinstance(t, gs.Constant):
+        return np.asarray(t.values)
+    node = producer(t)
+    if node is not None and node.op == "Constant" and "value" in node.attrs:
+        v = node.attrs["value"]
+        return np.asarray(v.values if isinstance(v, gs.Constant) else v)
+    return None
+
+
+def scalar_value(t: gs.Tensor | None) -> float | None:
+    """A constant with exactly one element, as a Python float."""
+    v = constant_value(t)
+    if v is None or v.size != 1:
+        return None
+    return float(v.reshape(()))
+
+
+def is_empty_input(t: gs.Tensor | None) -> bool:
+    return t is None or (isinstance(t, gs.Variable) and t.name == "")
+
+
+def ensure_domain(graph: gs.Graph, domain: str, version: int) -> None:
+    imports = list(graph.import_domains or [])
+    if not any(i.domain == domain for i in imports):
+        imports.append(onnx.helper.make_opsetid(domain, version))
+        graph.import_domains = imports
+
+
+def set_inputs(node: gs.Node, tensors: list) -> None:
+    """gs keeps producer/consumer links in sync only through element-wise list edits."""
+    node.inputs.clear()
+    node.inputs.extend(tensors)
+
+
+def set_outputs(node: gs.Node, tensors: list) -> None:
+    node.outputs.clear()
+    node.outputs.extend(tensors)
+
+
+def replace_uses(graph: gs.Graph, old: gs.Tensor, new: gs.Tensor) -> None:
+    """Make every consumer of `old` read `new` instead. Graph outputs keep their name: where `old`
+    is one, an Identity writes it from `new` (ORT drops it at load time)."""
+    for consumer in list(old.outputs):
+        set_inputs(consumer, [new if t is old else t for t in consumer.inputs])
+    if any(o is old for o in graph.outputs):
+        old.inputs.clear()
+        graph.nodes.append(gs.Node("Identity", name=f"{old.name}_identity", inputs=[new], outputs=[old]))
+
+
+def shape_of(t: gs.Tensor) -> list | None:
+    """Static or symbolic shape as a list (ints, strs or None), or None when unknown."""
+    if isinstance(t, gs.Constant):
+        return list(t.values.shape)
+    return list(t.shape) if t.shape is not None else None
+
+
+def same_shape(a: gs.Tensor, b: gs.Tensor) -> bool:
+    """True when both shapes are known and equal dim by dim (symbolic dims must share a name)."""
+    sa, sb = shape_of(a), shape_of(b)
+    if sa is None or sb is None or len(sa) != len(sb):
+        return False
+    return all(x == y and x is not None and not (isinstance(x, int) and x < 0) for x, y in zip(sa, sb))
+
+
+def numel_per_image(t: gs.Tensor) -> int | None:
+    """Element count with symbolic batch/spatial dims taken as 1 (for per-image byte estimates)."""
+    s = shape_of(t)
+    if s is None:
+        return None
+    return int(np.prod([d if isinstance(d, int) and d > 0 else 1 for d in s]))
+
+
+def itemsize(t: gs.Tensor) -> int:
+    dt = t.dtype
+    if dt is None:
+        return 4
+    try:
+        return np.dtype(dt).itemsize
+    except TypeError:
+        return 2  # bfloat16 is not a numpy dtype
+
+
+def depends_on(target: gs.Tensor, source: gs.Tensor, limit: int = 100000) -> bool:
+    """True when `target` is computed from `source` (walks producers; used to refuse cycles)."""
+    stack, seen = [target], set()
+    while stack and len(seen) < limit:
+        t = stack.pop()
+        if t is source:
+            return True
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        node = producer(t)
+        if node is not None:
+            stack.extend(node.inputs)
+    return False
+
+
+def unique_name(graph: gs.Graph, base: str) -> str:
+    names = graph.__dict__.get("_epifuse_names")  # gs.Graph.__getattr__ treats unknown names as ops
+    if names is None:
+        names = set(graph.tensors().keys()) | {n.name for n in graph.nodes}
+        graph._epifuse_names = names
+    name, i = base, 0
+    while name in names:
+        i += 1
+        name = f"{base}_{i}"
+    names.add(name)
+    return name
+
+
+def make_constant(graph: gs.Graph, base: str, values: np.ndarray) -> gs.Constant:
+    return gs.Constant(unique_name(graph, base), np.ascontiguousarray(values))
+
+
+def make_variable(graph: gs.Graph, base: str, dtype=None, shape=None) -> gs.Variable:
+    return gs.Variable(unique_name(graph, base), dtype=dtype, shape=shape)
+
+
+def add_transpose(graph: gs.Graph, x: gs.Tensor, perm, base: str, out: gs.Variable | None = None) -> gs.Variable:
+    if out is None:
+        s = shape_of(x)
+        out = make_variable(graph, base, x.dtype, [s[p] for p in perm] if s and len(s) == len(perm) else None)
+    graph.nodes.append(gs.Node("Transpose", name=unique_name(graph, base), attrs={"perm": list(perm)},
+                               inputs=[x], outputs=[out]))
+    return out

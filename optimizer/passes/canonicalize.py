@@ -1,0 +1,95 @@
+"""Canonicalize: one spelling for things exporters write several ways, so the rewrites that
+follow match one form. Constant nodes become initializers; Conv auto_pad becomes explicit pads;
+a constant per-channel Add right after a Conv becomes the Conv's bias. Activation formulations
+are recognised by optimizer.activations where they are fused."""
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ..graph import constant_value, make_constant, producer, replace_uses, set_inputs, set_outputs, shape_of
+from ..report import Report
+
+
+def constants_to_initializers(graph: gs.Graph, report: Report) -> None:
+    for node in graph.nodes:
+        if node.op != "Constant" or len(node.outputs) != 1:
+            continue
+        value = constant_value(node.outputs[0])
+        if value is None:
+            continue  # value_float(s)/value_int(s) forms: left for ORT
+        out = node.outputs[0]
+        if any(o is out for o in graph.outputs):
+            continue
+        const = gs.Constant(out.name, np.asarray(value))
+        replace_uses(graph, out, const)
+        node.outputs.clear()
+        report.canonicalized["Constant → initializer"] += 1
+
+
+def _same_pads(size: int, kernel: int, stride: int, dilation: int, upper: bool) -> tuple[int, int]:
+    out = -(-size // stride)
+    total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - size, 0)
+    small = total // 2
+    return (small, total - small) if upper else (total - small, small)
+
+
+def resolve_auto_pad(graph: gs.Graph, report: Report) -> None:
+    for node in graph.nodes:
+        mode = node.attrs.get("auto_pad", "NOTSET")
+        if node.op != "Conv" or mode in ("NOTSET", b"NOTSET"):
+            continue
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        w = constant_value(node.inputs[1])
+        x_shape = shape_of(node.inputs[0])
+        if w is None or w.ndim != 4:
+            report.skip(node, f"auto_pad={mode} left as is: filter is not a constant 4-D tensor")
+            continue
+        strides = node.attrs.get("strides", [1, 1])
+        dilations = node.attrs.get("dilations", [1, 1])
+        if mode == "VALID":
+            pads = [0, 0, 0, 0]
+        else:
+            spatial = x_shape[2:] if x_shape and len(x_shape) == 4 else [None, None]
+            if any(not isinstance(s, int) for s in spatial) and any(s != 1 for s in strides):
+                report.skip(node, f"auto_pad={mode} left as is: input size unknown with stride > 1")
+                continue
+            begin_end = [_same_pads(s if isinstance(s, int) else 1, k, st, d, mode == "SAME_UPPER")
+                         for s, k, st, d in zip(spatial, w.shape[2:], strides, dilations)]
+            pads = [begin_end[0][0], begin_end[1][0], begin_end[0][1], begin_end[1][1]]
+        node.attrs.pop("auto_pad")
+        node.attrs["pads"] = pads
+        report.canonicalized["auto_pad → pads"] += 1
+
+
+def bias_add_into_conv(graph: gs.Graph, report: Report) -> None:
+    """Conv → Add(per-output-channel constant) becomes Conv with that bias (what TF/Keras exports do)."""
+    for add in graph.nodes:
+        if add.op != "Add" or len(add.inputs) != 2:
+            continue
+        for y, c in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+            conv = producer(y)
+            if conv is None or conv.op != "Conv" or len(y.outputs) != 1 or y in graph.outputs:
+                continue
+            w, bias = constant_value(conv.inputs[1]), constant_value(c)
+            if w is None or bias is None or w.ndim != 4:
+                continue
+            k = w.shape[0]
+            if bias.size != k or bias.shape not in ((1, k, 1, 1), (k, 1, 1)) or bias.dtype != w.dtype:
+                continue
+            old = constant_value(conv.inputs[2]) if len(conv.inputs) > 2 else None
+            new_bias = bias.reshape(k) + (old if old is not None else 0)
+            b = make_constant(graph, f"{conv.name}_bias", new_bias.astype(w.dtype))
+            set_inputs(conv, [conv.inputs[0], conv.inputs[1], b])
+            out = add.outputs[0]
+            add.outputs.clear()
+            set_outputs(conv, [out])
+            report.canonicalized["bias Add → Conv bias"] += 1
+            break
+
+
+def canonicalize(graph: gs.Graph, report: Report) -> gs.Graph:
+    constants_to_initializers(graph, report)
+    resolve_auto_pad(graph, report)
+    bias_add_into_conv(graph, report)
+    return graph.cleanup(remove_unused_graph_inputs=False)

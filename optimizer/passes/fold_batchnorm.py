@@ -1,0 +1,142 @@
+"""Fold BatchNormalization (inference mode, constant statistics) into the op that produces its
+input: Conv and ConvTranspose (groups included; ConvTranspose's output channels are weight axis 1
+within each group), and Gemm/MatMul with constant weights. The fold is computed in float64 and
+rounded once to the weights' dtype (fp16 models lose no more than one rounding). A BN with no
+foldable producer becomes a per-channel Mul+Add, which the layout pass can move like any
+elementwise op. Shared weights are never edited in place: each fold writes new initializers."""
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ..graph import constant_value, make_constant, make_variable, producer, set_inputs, set_outputs, shape_of
+from ..report import Report
+
+
+def _bn_scale_shift(bn: gs.Node) -> tuple[np.ndarray, np.ndarray] | None:
+    values = [constant_value(t) for t in bn.inputs[1:5]]
+    if len(values) != 4 or any(v is None for v in values):
+        return None
+    gamma, beta, mean, var = (v.astype(np.float64).reshape(-1) for v in values)
+    scale = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    return scale, beta - mean * scale
+
+
+def _why_not_foldable(bn: gs.Node) -> str | None:
+    if bn.attrs.get("training_mode", 0):
+        return "BatchNormalization in training mode"
+    if any(o.outputs for o in bn.outputs[1:]):
+        return "running statistics outputs are used"
+    if _bn_scale_shift(bn) is None:
+        return "statistics are not constants"
+    return None
+
+
+def _fold_conv(graph, node, scale, shift) -> bool:
+    w = constant_value(node.inputs[1])
+    if w is None:
+        return False
+    b = constant_value(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2].name else None
+    k = scale.size
+    if node.op == "Conv":
+        if w.shape[0] != k:
+            return False
+        w_new = w.astype(np.float64) * scale.reshape((k,) + (1,) * (w.ndim - 1))
+    else:  # ConvTranspose: weight [C, K/group, kh, kw]
+        group = int(node.attrs.get("group", 1))
+        c, k_per_group = w.shape[0], w.shape[1]
+        if k_per_group * group != k:
+            return False
+        grouped = w.astype(np.float64).reshape((group, c // group, k_per_group) + w.shape[2:])
+        w_new = (grouped * scale.reshape((group, 1, k_per_group) + (1,) * (w.ndim - 2))).reshape(w.shape)
+    b_new = (b.astype(np.float64) if b is not None else 0.0) * scale + shift
+    set_inputs(node, [node.inputs[0], make_constant(graph, f"{node.name}_W_bnfold", w_new.astype(w.dtype)),
+                      make_constant(graph, f"{node.name}_B_bnfold", b_new.astype(w.dtype))])
+    return True
+
+
+def _fold_gemm(graph, node, scale, shift) -> bool:
+    w = constant_value(node.inputs[1])
+    if w is None or w.ndim != 2:
+        return False
+    trans_b = int(node.attrs.get("transB", 0))
+    n_out = w.shape[0] if trans_b else w.shape[1]
+    if n_out != scale.size:
+        return False
+    w_new = w.astype(np.float64) * (scale[:, None] if trans_b else scale[None, :])
+    alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
+    c = constant_value(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2].name else None
+    if len(node.inputs) > 2 and node.inputs[2].name and c is None:
+        return False
+    if c is not None and c.size not in (1, n_out):
+        return False
+    c_full = np.broadcast_to(c.astype(np.float64).reshape(-1) * beta, (n_out,)) if c is not None else np.zeros(n_out)
+    c_new = c_full * scale + shift
+    node.attrs["beta"] = 1.0
+    node.attrs["alpha"] = alpha
+    set_inputs(node, [node.inputs[0], make_constant(graph, f"{node.name}_B_bnfold", w_new.astype(w.dtype)),
+                      make_constant(graph, f"{node.name}_C_bnfold", c_new.astype(w.dtype))])
+    return True
+
+
+def _fold_matmul(graph, node, bn, scale, shift) -> bool:
+    """MatMul(A, W[in, out]) with a 2-D output: BN's channel axis 1 is the last axis."""
+    w = constant_value(node.inputs[1])
+    out_shape = shape_of(node.outputs[0])
+    if w is None or w.ndim != 2 or w.shape[1] != scale.size or out_shape is None or len(out_shape) != 2:
+        return False
+    w_new = make_constant(graph, f"{node.name}_W_bnfold", (w.astype(np.float64) * scale[None, :]).astype(w.dtype))
+    set_inputs(node, [node.inputs[0], w_new])
+    y = node.outputs[0]
+    bias = make_constant(graph, f"{node.name}_bias_bnfold", shift.astype(w.dtype))
+    out = bn.outputs[0]
+    bn.outputs.clear()
+    graph.nodes.append(gs.Node("Add", name=f"{node.name}_bnfold_add", inputs=[y, bias], outputs=[out]))
+    return True
+
+
+def _to_affine(graph, bn, scale, shift) -> None:
+    x = bn.inputs[0]
+    rank = len(shape_of(x)) if shape_of(x) is not None else 4
+    dtype = constant_value(bn.inputs[1]).dtype
+    shape = (scale.size,) + (1,) * max(rank - 2, 0)
+    mul_c = make_constant(graph, f"{bn.name}_scale", scale.reshape(shape).astype(dtype))
+    add_c = make_constant(graph, f"{bn.name}_shift", shift.reshape(shape).astype(dtype))
+    mid = make_variable(graph, f"{bn.name}_scaled", x.dtype, x.shape)
+    out = bn.outputs[0]
+    bn.outputs.clear()
+    graph.nodes.append(gs.Node("Mul", name=f"{bn.name}_mul", inputs=[x, mul_c], outputs=[mid]))
+    graph.nodes.append(gs.Node("Add", name=f"{bn.name}_add", inputs=[mid, add_c], outputs=[out]))
+
+
+def fold_batchnorm(graph: gs.Graph, report: Report) -> gs.Graph:
+    for bn in [n for n in graph.nodes if n.op == "BatchNormalization"]:
+        reason = _why_not_foldable(bn)
+        if reason is not None:
+            report.skip(bn, f"BatchNormalization left as is: {reason}")
+            continue
+        scale, shift = _bn_scale_shift(bn)
+        x = bn.inputs[0]
+        prod = producer(x)
+        single_use = len(x.outputs) == 1 and x not in graph.outputs
+        folded = False
+        if prod is not None and single_use:
+            if prod.op in ("Conv", "ConvTranspose"):
+                folded = _fold_conv(graph, prod, scale, shift)
+            elif prod.op == "Gemm":
+                folded = _fold_gemm(graph, prod, scale, shift)
+            elif prod.op == "MatMul":
+                folded = _fold_matmul(graph, prod, bn, scale, shift)
+                if folded:
+                    report.bn_folded["MatMul"] += 1
+                    continue
+        if folded:
+            out = bn.outputs[0]
+            bn.outputs.clear()
+            prod.outputs.clear()
+            set_outputs(prod, [out])
+            report.bn_folded[prod.op] += 1
+        else:
+            _to_affine(graph, bn, scale, shift)
+            report.bn_to_affine += 1
+    return graph.cleanup(remove_unused_graph_inputs=False)

@@ -1,0 +1,220 @@
+"""Fuse Conv (+ folded BN) + activation, and a residual Add before ('pre') or after ('post') the
+activation, into one epifuse::FusedConv node (contract: shared/docs/fusedconv-op.md).
+
+Preconditions, checked in plain sight for every conv:
+- 2-D conv with a constant filter (and constant bias when present), explicit pads;
+- every intermediate (conv output, pre-activation sum) has no consumer outside the pattern,
+  otherwise fusing would compute it twice;
+- the residual has exactly the output's shape (no broadcast), is not a constant and is not
+  computed from the conv's own output (that would be a cycle);
+- the kernel registry has a kernel for the case on the chosen target (dtype, group, alignment).
+Where the full pattern cannot fuse, smaller ones are tried (activation only, then the conv
+alone, which still moves the conv into the NHWC region); every refusal is in the report.
+
+The fused node reads and writes NHWC, so it is wrapped in Transposes here; the layout pass
+cancels the pairs that meet between neighbouring NHWC ops.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from .. import contract
+from ..activations import ActivationMatch, match_activation
+from ..graph import (NCHW_TO_NHWC, NHWC_TO_NCHW, add_transpose, constant_value, depends_on,
+                     ensure_domain, itemsize, make_constant, make_variable, numel_per_image, same_shape,
+                     shape_of, unique_name)
+from ..report import Report
+
+DTYPE_CODES = {np.dtype(np.float32): 1, np.dtype(np.float16): 10}
+try:
+    import ml_dtypes
+
+    DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = 16
+except ImportError:  # pragma: no cover - onnx depends on ml_dtypes
+    pass
+
+
+@dataclass
+class ConvParams:
+    weight: np.ndarray
+    bias: np.ndarray | None
+    group: int
+    strides: list[int]
+    pads: list[int]
+    dilations: list[int]
+
+
+@dataclass
+class Candidate:
+    activation: str
+    params: tuple[float, ...]
+    residual: str
+    z: gs.Tensor | None
+    nodes: list[gs.Node]      # pattern nodes after the conv
+    output: gs.Tensor         # tensor the pattern writes
+
+
+def _conv_params(conv: gs.Node) -> ConvParams | str:
+    w = constant_value(conv.inputs[1]) if len(conv.inputs) > 1 else None
+    if w is None:
+        return "filter is not a constant"
+    if w.ndim != 4:
+        return f"{w.ndim - 2}-D convolution (FusedConv v1 is 2-D only)"
+    if np.dtype(w.dtype) not in DTYPE_CODES:
+        return f"dtype {w.dtype} has no FusedConv kernel"
+    auto_pad = conv.attrs.get("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", b"NOTSET"):
+        return f"auto_pad={auto_pad} could not be resolved to explicit pads"
+    bias = None
+    if len(conv.inputs) > 2 and conv.inputs[2].name:
+        bias = constant_value(conv.inputs[2])
+        if bias is None:
+            return "bias is not a constant"
+    x_shape = shape_of(conv.inputs[0])
+    if x_shape is not None and len(x_shape) != 4:
+        return f"input rank {len(x_shape)} (expected 4)"
+    return ConvParams(w, bias, int(conv.attrs.get("group", 1)), list(conv.attrs.get("strides", [1, 1])),
+                      list(conv.attrs.get("pads", [0, 0, 0, 0])), list(conv.attrs.get("dilations", [1, 1])))
+
+
+def _residual_add(graph: gs.Graph, t: gs.Tensor) -> tuple[gs.Node, gs.Tensor] | None:
+    if len(t.outputs) != 1 or t in graph.outputs:
+        return None
+    add = t.outputs[0]
+    if add.op != "Add" or len(add.inputs) != 2 or add.inputs[0] is add.inputs[1]:
+        return None
+    z = add.inputs[1] if add.inputs[0] is t else add.inputs[0]
+    if constant_value(z) is not None or z.dtype != t.dtype:
+        return None
+    if not (same_shape(z, add.outputs[0]) and same_shape(t, add.outputs[0])) or depends_on(z, t):
+        return None
+    return add, z
+
+
+def _activation(graph: gs.Graph, t: gs.Tensor) -> ActivationMatch | None:
+    if t in graph.outputs:
+        return None
+    match = match_activation(t)
+    if match is None or any(o in graph.outputs for n in match.nodes for o in n.outputs if o is not match.output):
+        return None
+    return match
+
+
+def _candidates(graph: gs.Graph, y: gs.Tensor) -> list[Candidate]:
+    """Patterns at conv output `y`, largest first; the conv alone is always last."""
+    found = []
+    res = _residual_add(graph, y)
+    if res is not None:
+        add, z = res
+        act = _activation(graph, add.outputs[0])
+        if act is not None:
+            found.append(Candidate(act.name, act.params, "pre", z, [add, *act.nodes], act.output))
+        found.append(Candidate("identity", (), "pre", z, [add], add.outputs[0]))
+    act = _activation(graph, y)
+    if act is not None:
+        res = _residual_add(graph, act.output)
+        if res is not None:
+            add, z = res
+            found.append(Candidate(act.name, act.params, "post", z, [*act.nodes, add], add.outputs[0]))
+        found.append(Candidate(act.name, act.params, "none", None, act.nodes, act.output))
+    found.append(Candidate("identity", (), "none", None, [], y))
+    return found
+
+
+def _describe(c: Candidate) -> str:
+    return f"{c.activation}" + (f" with residual {c.residual}" if c.residual != "none" else "")
+
+
+class _Fuser:
+    def __init__(self, graph: gs.Graph, report: Report, target: str, kernel_query):
+        self.graph, self.report, self.target, self.kernel_query = graph, report, target, kernel_query
+        self.nhwc_of: dict[str, gs.Tensor] = {}
+
+    def to_nhwc(self, t: gs.Tensor) -> gs.Tensor:
+        if t.name not in self.nhwc_of:
+            self.nhwc_of[t.name] = add_transpose(self.graph, t, NCHW_TO_NHWC, f"{t.name}_nhwc")
+            self.report.transposes_inserted += 1
+        return self.nhwc_of[t.name]
+
+    def desc(self, conv: gs.Node, p: ConvParams, c: Candidate) -> dict:
+        x_shape = shape_of(conv.inputs[0]) or [None] * 4
+        known = [d if isinstance(d, int) and d >= 0 else -1 for d in x_shape]
+        k, r, s, cg = p.weight.shape[0], p.weight.shape[2], p.weight.shape[3], p.weight.shape[1]
+        return dict(dtype=DTYPE_CODES[np.dtype(p.weight.dtype)], N=known[0], H=known[2], W=known[3],
+                    C=cg * p.group, K=k, R=r, S=s, group=p.group, stride_h=p.strides[0], stride_w=p.strides[1],
+                    dil_h=p.dilations[0], dil_w=p.dilations[1], pad_top=p.pads[0], pad_left=p.pads[1],
+                    pad_bottom=p.pads[2], pad_right=p.pads[3], activation=c.activation,
+                    activation_params=tuple(c.params), residual=c.residual)
+
+    def fuse(self, conv: gs.Node) -> None:
+        params = _conv_params(conv)
+        if isinstance(params, str):
+            self.report.skip(conv, f"not fused: {params}")
+            return
+        candidates = _candidates(self.graph, conv.outputs[0])
+        refused = []
+        for cand in candidates:
+            count, reason = self.kernel_query(self.target, self.desc(conv, params, cand))
+            if count > 0:
+                break
+            refused.append(f"{_describe(cand)}: {reason}")
+        else:
+            self.report.skip(conv, "not fused: " + "; ".join(refused))
+            return
+        if refused:
+            self.report.skip(conv, f"fused as {_describe(cand)} only — " + "; ".join(refused))
+        elif len(candidates) == 1 and len(conv.outputs[0].outputs) > 1:
+            users = sorted({n.op for n in conv.outputs[0].outputs})
+            self.report.skip(conv, f"fused as identity only: the conv output also feeds {', '.join(users)} "
+                                   f"({len(conv.outputs[0].outputs)} consumers), so nothing after it can be fused")
+        self.rewrite(conv, params, cand)
+
+    def rewrite(self, conv: gs.Node, p: ConvParams, c: Candidate) -> None:
+        graph = self.graph
+        w = p.weight
+        bias = p.bias if p.bias is not None else np.zeros(w.shape[0], dtype=w.dtype)
+        inputs = [self.to_nhwc(conv.inputs[0]),
+                  make_constant(graph, f"{conv.name}_W_krsc", np.transpose(w, (0, 2, 3, 1))),
+                  make_constant(graph, f"{conv.name}_B", bias.astype(w.dtype).reshape(-1))]
+        if c.z is not None:
+            inputs.append(self.to_nhwc(c.z))
+        attrs = {"strides": p.strides, "pads": p.pads, "dilations": p.dilations, "group": p.group,
+                 "activation": c.activation, "residual": c.residual,
+                 "plugin_namespace": contract.PLUGIN_NAMESPACE, "plugin_version": contract.PLUGIN_VERSION}
+        if c.params:
+            attrs["activation_params"] = [float(v) for v in c.params]
+        out_shape = shape_of(c.output)
+        y_nhwc = make_variable(graph, f"{c.output.name}_nhwc", c.output.dtype,
+                               [out_shape[i] for i in NCHW_TO_NHWC] if out_shape and len(out_shape) == 4 else None)
+        graph.nodes.append(gs.Node(contract.OP_TYPE, name=unique_name(graph, f"{conv.name}_fused"),
+                                   domain=contract.DOMAIN, attrs=attrs, inputs=inputs, outputs=[y_nhwc]))
+        self.account(conv, c)
+        final = c.output
+        for node in [conv, *c.nodes]:  # detach fully so consumer counts stay exact for later convs
+            node.inputs.clear()
+            node.outputs.clear()
+        add_transpose(graph, y_nhwc, NHWC_TO_NCHW, f"{final.name}_nchw", out=final)
+        self.report.transposes_inserted += 1
+        self.report.fusions[f"{c.activation}/{c.residual}"] += 1
+
+    def account(self, conv: gs.Node, c: Candidate) -> None:
+        """Intermediates that are no longer written and read back, per image."""
+        for node in [conv, *c.nodes]:
+            for t in node.outputs:
+                if t is not c.output:
+                    self.report.activation_bytes_saved += 2 * (numel_per_image(t) or 0) * itemsize(t)
+
+
+def fuse_conv(graph: gs.Graph, report: Report, target: str, kernel_query) -> gs.Graph:
+    """`kernel_query(target, desc) -> (count, reason)`: the kernel registry (optimizer.registry)."""
+    graph.toposort()
+    fuser = _Fuser(graph, report, target, kernel_query)
+    for conv in [n for n in graph.nodes if n.op == "Conv"]:
+        if conv.outputs:  # not consumed by an earlier fusion
+            fuser.fuse(conv)
+    if report.fused_count():
+        ensure_domain(graph, contract.DOMAIN, contract.OPSET_VERSION)
+    return graph.cleanup(remove_unused_graph_inputs=False).toposort()

@@ -1,0 +1,286 @@
+"""Layout: keep regions of FusedConv (NHWC) and the layout-agnostic ops between them in NHWC,
+with Transposes only where a region meets an op that needs NCHW or a graph input/output.
+
+The fuse pass wraps every FusedConv in Transposes. Here they are pushed down through
+layout-agnostic ops (elementwise ops with their broadcast constants permuted, Concat, Split,
+Slice, Pad, nearest Resize, reductions, GlobalAverage/MaxPool as a ReduceMean/Max over H and W)
+and pairs that compose to the identity cancel. Pushing can cost a Transpose where a tensor also
+feeds an NCHW-only op, so two policies run on copies of the graph — push only where it does not
+add a Transpose, and push wherever possible — and the result with fewer Transposes is kept.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ..graph import (add_transpose, constant_value, make_constant, make_variable, producer, replace_uses,
+                     set_inputs, set_outputs, shape_of)
+from ..report import Report
+
+ELEMENTWISE = {
+    "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Celu", "Softplus", "Softsign", "HardSigmoid",
+    "HardSwish", "Mish", "Gelu", "Erf", "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil",
+    "Round", "Sign", "Identity", "Cast", "Clip", "Not", "IsNaN", "IsInf",
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "Equal", "Greater",
+    "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Mod", "BitShift",
+}
+REDUCTIONS = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
+GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
+# inputs that carry sizes/indices rather than data, per op (never transposed, maybe remapped)
+PARAM_INPUTS = {"Split": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3}, "Resize": {1, 2, 3}, "Clip": {1, 2}}
+PARAM_INPUTS.update({op: {1} for op in REDUCTIONS})
+
+
+def _perm(node: gs.Node) -> tuple[int, ...] | None:
+    p = node.attrs.get("perm")
+    return tuple(int(v) for v in p) if p is not None else None
+
+
+def _inverse(p):
+    inv = [0] * len(p)
+    for i, v in enumerate(p):
+        inv[v] = i
+    return tuple(inv)
+
+
+def _transpose_source(t: gs.Tensor) -> tuple[gs.Node, tuple[int, ...]] | None:
+    node = producer(t)
+    if node is not None and node.op == "Transpose" and _perm(node) is not None:
+        return node, _perm(node)
+    return None
+
+
+def merge_transposes(graph: gs.Graph, t2: gs.Node) -> bool:
+    """Transpose(Transpose(x)) becomes one Transpose, or x itself when the perms cancel."""
+    src = _transpose_source(t2.inputs[0])
+    p2 = _perm(t2)
+    if p2 is not None and p2 == tuple(range(len(p2))):
+        _bypass(graph, t2)
+        return True
+    if src is None:
+        return False
+    t1, p1 = src
+    if len(p1) != len(p2):
+        return False
+    combined = tuple(p1[i] for i in p2)
+    x = t1.inputs[0]
+    if combined == tuple(range(len(combined))):
+        _bypass(graph, t2, x)
+    else:
+        t2.attrs["perm"] = list(combined)
+        set_inputs(t2, [x])
+    return True
+
+
+def _bypass(graph: gs.Graph, t: gs.Node, source: gs.Tensor | None = None) -> None:
+    """Removes Transpose `t`; its readers read `source` (default: its own input)."""
+    source = source if source is not None else t.inputs[0]
+    out = t.outputs[0]
+    t.inputs.clear()
+    t.outputs.clear()
+    replace_uses(graph, out, source)
+
+
+def moves_only_unit_dims(t: gs.Node) -> bool:
+    """A Transpose that keeps the order of every dim larger than 1 does not move memory."""
+    shape = shape_of(t.inputs[0])
+    perm = _perm(t)
+    if shape is None or perm is None or len(shape) != len(perm):
+        return False
+    kept = [i for i in perm if shape[i] != 1]  # symbolic dims count as larger than 1
+    return kept == sorted(kept)
+
+
+def drop_before_reshape(graph: gs.Graph, t: gs.Node) -> bool:
+    """Flatten/Reshape read memory order only, so a Transpose that moves no memory can go."""
+    out = t.outputs[0]
+    if not out.outputs or out in graph.outputs or not moves_only_unit_dims(t):
+        return False
+    if not all(c.op in ("Flatten", "Reshape") and c.inputs[0] is out and
+               (c.op == "Flatten" or constant_value(c.inputs[1]) is not None and 0 not in constant_value(c.inputs[1]))
+               for c in out.outputs):
+        return False
+    _bypass(graph, t)
+    return True
+
+
+def _axis(a: int, rank: int, p) -> int:
+    return p[a + rank if a < 0 else a]
+
+
+def _axes_value(graph: gs.Graph, node: gs.Node, input_index: int) -> tuple[np.ndarray | None, bool]:
+    """Axes from the attribute or the (constant) input; second value says whether they came from an input."""
+    if len(node.inputs) > input_index and node.inputs[input_index].name:
+        v = constant_value(node.inputs[input_index])
+        return (None if v is None else v.astype(np.int64).reshape(-1)), True
+    if "axes" in node.attrs:
+        return np.array(node.attrs["axes"], dtype=np.int64), False
+    return None, False
+
+
+class _Pusher:
+    def __init__(self, graph: gs.Graph, greedy: bool):
+        self.graph, self.greedy = graph, greedy
+
+    def data_inputs(self, node: gs.Node) -> list[int]:
+        params = PARAM_INPUTS.get(node.op, set())
+        return [i for i, t in enumerate(node.inputs) if i not in params and t.name]
+
+    def plan(self, node: gs.Node):
+        """Returns the perm p when every data input is Transpose(p) output or a constant."""
+        if node.op not in ELEMENTWISE | REDUCTIONS | set(GLOBAL_POOLS) | {"Concat", "Split", "Slice", "Pad", "Resize"}:
+            return None
+        perm, moved = None, []
+        for i in self.data_inputs(node):
+            t = node.inputs[i]
+            src = _transpose_source(t)
+            if src is not None and len(src[1]) == 4:
+                if perm is not None and src[1] != perm:
+                    return None
+                perm = src[1]
+                moved.append(i)
+            elif constant_value(t) is None:
+                return None
+        if perm is None:
+            return None
+        if not self.greedy and self.cost(node, perm, moved) > 0:
+            return None
+        return perm, moved
+
+    def cost(self, node: gs.Node, p, moved) -> int:
+        inv = _inverse(p)
+
+        def cancels(consumer):
+            return consumer.op == "Transpose" and _perm(consumer) == inv
+
+        added = sum(1 for o in node.outputs if not o.outputs or not all(cancels(c) for c in o.outputs))
+        freed = sum(1 for i in moved if all(c is node or cancels(c) for c in node.inputs[i].outputs))
+        return added - freed
+
+    def push(self, node: gs.Node) -> bool:
+        planned = self.plan(node)
+        if planned is None:
+            return False
+        p, moved = planned
+        if not self.rewrite_params(node, p):
+            return False
+        inv = _inverse(p)
+        new_inputs = list(node.inputs)
+        for i in self.data_inputs(node):
+            t = node.inputs[i]
+            if i in moved:
+                new_inputs[i] = _transpose_source(t)[0].inputs[0]
+            else:
+                c = constant_value(t)
+                if c.size > 1:
+                    c4 = c.reshape((1,) * (4 - c.ndim) + c.shape) if c.ndim < 4 else c
+                    new_inputs[i] = make_constant(self.graph, f"{t.name}_nhwc", np.transpose(c4, inv))
+        set_inputs(node, new_inputs)
+        outs = list(node.outputs)
+        new_outs = []
+        for o in outs:
+            s = shape_of(o)
+            new_outs.append(make_variable(self.graph, f"{o.name}_nhwc", o.dtype,
+                                          [s[i] for i in inv] if s and len(s) == 4 else None))
+        node.outputs.clear()
+        set_outputs(node, new_outs)
+        for o, n in zip(outs, new_outs):
+            add_transpose(self.graph, n, p, f"{o.name}_nchw", out=o)
+        return True
+
+    def rewrite_params(self, node: gs.Node, p) -> bool:
+        """Moves axis-valued attributes and inputs into the NHWC frame; False where it cannot."""
+        op, g = node.op, self.graph
+        if op in ("Concat", "Split"):
+            node.attrs["axis"] = _axis(int(node.attrs.get("axis", 0)), 4, p)
+        elif op == "Slice":
+            starts = constant_value(node.inputs[1])
+            axes, _ = _axes_value(g, node, 3)
+            if starts is None or (axes is None and len(node.inputs) > 3 and node.inputs[3].name):
+                return False
+            axes = np.arange(starts.size) if axes is None else axes
+            new_axes = make_constant(g, f"{node.name}_axes_nhwc", np.array([_axis(int(a), 4, p) for a in axes], np.int64))
+            inputs = list(node.inputs) + [gs.Variable.empty()] * (4 - len(node.inputs))
+            inputs[3] = new_axes
+            set_inputs(node, inputs)
+        elif op == "Pad":
+            pads = constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
+            if pads is None or pads.size != 8 or (len(node.inputs) > 3 and node.inputs[3].name):
+                return False
+            new = np.zeros(8, np.int64)
+            for i in range(4):
+                new[p[i]], new[4 + p[i]] = pads[i], pads[4 + i]
+            set_inputs(node, [node.inputs[0], make_constant(g, f"{node.name}_pads_nhwc", new), *node.inputs[2:]])
+        elif op == "Resize":
+            mode = node.attrs.get("mode", "nearest")
+            if mode not in ("nearest", b"nearest") or "axes" in node.attrs:
+                return False
+            inputs = list(node.inputs)
+            if len(inputs) > 1 and inputs[1].name and constant_value(inputs[1]).size:
+                return False  # a non-empty roi
+            for idx in (2, 3):
+                if len(inputs) > idx and inputs[idx].name:
+                    v = constant_value(inputs[idx])
+                    if v is None or v.size == 0:
+                        continue
+                    if v.size != 4:
+                        return False
+                    new = np.empty_like(v)
+                    for i in range(4):
+                        new[p[i]] = v[i]
+                    inputs[idx] = make_constant(g, f"{node.name}_{'scales' if idx == 2 else 'sizes'}_nhwc", new)
+            set_inputs(node, inputs)
+        elif op in REDUCTIONS:
+            return self.rewrite_reduction(node, p)
+        elif op in GLOBAL_POOLS:
+            node.op = GLOBAL_POOLS[op]
+            node.attrs = {"keepdims": 1}
+            self.set_axes(node, [p[2], p[3]])
+        return True
+
+    def set_axes(self, node: gs.Node, axes) -> None:
+        axes_as_input = self.graph.opset >= 18 or (node.op == "ReduceSum" and self.graph.opset >= 13)
+        if axes_as_input:
+            node.attrs.pop("axes", None)
+            const = make_constant(self.graph, f"{node.name}_axes_nhwc", np.array(sorted(axes), np.int64))
+            set_inputs(node, [node.inputs[0], const])
+        else:
+            node.attrs["axes"] = sorted(int(a) for a in axes)
+
+    def rewrite_reduction(self, node: gs.Node, p) -> bool:
+        axes, _ = _axes_value(self.graph, node, 1)
+        if axes is None or not int(node.attrs.get("keepdims", 1)):
+            return False  # all-axes or rank-changing reductions are left in NCHW
+        self.set_axes(node, [_axis(int(a), 4, p) for a in axes])
+        return True
+
+
+def _count_transposes(graph: gs.Graph) -> int:
+    return sum(1 for n in graph.nodes if n.op == "Transpose")
+
+
+def _run(graph: gs.Graph, greedy: bool) -> gs.Graph:
+    pusher = _Pusher(graph, greedy)
+    for _ in range(1000):
+        changed = False
+        graph.toposort()
+        for node in list(graph.nodes):
+            if not node.outputs:
+                continue
+            if node.op == "Transpose":
+                changed |= merge_transposes(graph, node) or drop_before_reshape(graph, node)
+            else:
+                changed |= pusher.push(node)
+        graph.cleanup(remove_unused_graph_inputs=False)
+        if not changed:
+            break
+    return graph
+
+
+def layout(graph: gs.Graph, report: Report) -> gs.Graph:
+    before = _count_transposes(graph)
+    results = [_run(graph.copy(), greedy) for greedy in (False, True)]
+    best = min(results, key=_count_transposes)
+    report.transposes_removed += before - _count_transposes(best)
+    return best.toposort()

@@ -1,0 +1,120 @@
+"""Precision (optional): run the model in float16 or bfloat16 where the target has kernels for it.
+
+Each node is low-precision when its op has a kernel of that dtype on the target (FusedConv always
+does); float tensors it produces and float constants only it reads become low precision, and a
+Cast is inserted on each edge where producer and consumer disagree. Graph inputs and outputs keep
+their dtype, so callers feed and read what they did before. Constants are converted once from
+their (already BN-folded, fp32) values, i.e. rounded once.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from .. import contract
+from ..graph import make_constant, make_variable, set_inputs, set_outputs, unique_name
+from ..report import Report
+
+LOW_DTYPES = {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
+ONNX_TYPES = {"fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}
+FLOAT32 = np.dtype(np.float32)
+
+_MOVE = {"Transpose", "Identity", "Reshape", "Flatten", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze"}
+# ops with CPU-EP kernels in float16 (probed on onnxruntime 1.32); bfloat16 on CPU moves data only
+_CPU_FP16 = _MOVE | {
+    "Abs", "Add", "AveragePool", "Clip", "Conv", "Div", "Elu", "Erf", "Exp", "Gelu", "Gemm", "GlobalAveragePool",
+    "GlobalMaxPool", "HardSigmoid", "HardSwish", "LayerNormalization", "LeakyRelu", "Log", "MatMul", "Max", "MaxPool",
+    "Min", "Mul", "Neg", "Pad", "Pow", "Reciprocal", "ReduceMean", "Relu", "Resize", "Sigmoid", "Softmax",
+    "Softplus", "Sqrt", "Sub", "Tanh", "Where",
+}
+# ops whose output dtype is set by an attribute, or that compute indices/shapes: left alone on GPU targets
+_GPU_EXCLUDED = {"Cast", "CastLike", "ConstantOfShape", "Shape", "Size", "Range", "RandomNormal", "RandomUniform",
+                 "RandomNormalLike", "RandomUniformLike", "EyeLike", "NonZero", "TopK", "ArgMax", "ArgMin", "Loop",
+                 "If", "Scan", "BatchNormalization", "InstanceNormalization"}
+# inputs that must stay float32 whatever the data dtype (Resize's roi and scales)
+_FP32_INPUTS = {"Resize": {1, 2}}
+
+
+def _runs_low(node: gs.Node, target: str, precision: str) -> bool:
+    if node.op == contract.OP_TYPE and node.domain == contract.DOMAIN:
+        return True
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if target == "ort-cpu":
+        return node.op in (_CPU_FP16 if precision == "fp16" else _MOVE)
+    return node.op not in _GPU_EXCLUDED
+
+
+def _is_float32(t: gs.Tensor) -> bool:
+    dtype = t.values.dtype if isinstance(t, gs.Constant) else t.dtype
+    try:
+        return dtype is not None and np.dtype(dtype) == FLOAT32
+    except TypeError:
+        return False
+
+
+def precision(graph: gs.Graph, report: Report, precision: str, target: str) -> gs.Graph:
+    if precision == "fp32":
+        return graph
+    low = LOW_DTYPES[precision]
+    low_nodes = {id(n) for n in graph.nodes if _runs_low(n, target, precision)}
+    casts: dict[tuple[str, str], gs.Tensor] = {}
+    converted: dict[str, gs.Constant] = {}
+    graph_outputs = {id(t) for t in graph.outputs}
+    original_nodes = list(graph.nodes)
+
+    def cast(t: gs.Tensor, to: str) -> gs.Tensor:
+        key = (t.name, to)
+        if key not in casts:
+            dtype = low if to == precision else FLOAT32
+            out = make_variable(graph, f"{t.name}_{to}", dtype, t.shape)
+            graph.nodes.append(gs.Node("Cast", name=unique_name(graph, f"{t.name}_cast_{to}"),
+                                       attrs={"to": ONNX_TYPES[to] if to != "fp32" else onnx.TensorProto.FLOAT},
+                                       inputs=[t], outputs=[out]))
+            casts[key] = out
+            report.canonicalized[f"Cast inserted ({precision})"] += 1
+        return casts[key]
+
+    # 1. float tensors produced by low-precision nodes change dtype; graph outputs keep theirs
+    for node in original_nodes:
+        if id(node) not in low_nodes:
+            continue
+        new_outputs = []
+        for o in node.outputs:
+            if not _is_float32(o):
+                new_outputs.append(o)
+            elif id(o) in graph_outputs:
+                inner = make_variable(graph, f"{o.name}_{precision}", low, o.shape)
+                graph.nodes.append(gs.Node("Cast", name=unique_name(graph, f"{o.name}_cast_out"),
+                                           attrs={"to": onnx.TensorProto.FLOAT}, inputs=[inner], outputs=[o]))
+                new_outputs.append(inner)
+            else:
+                o.dtype = low
+                new_outputs.append(o)
+        set_outputs(node, new_outputs)
+    # 2. every edge into an original node gets the dtype that node runs in
+    for node in original_nodes:
+        wants_low = id(node) in low_nodes
+        keep = _FP32_INPUTS.get(node.op, set())
+        new_inputs = []
+        for i, t in enumerate(node.inputs):
+            if not t.name or i in keep:
+                new_inputs.append(t)
+                continue
+            if isinstance(t, gs.Constant):
+                if wants_low and _is_float32(t):
+                    if t.name not in converted:
+                        converted[t.name] = make_constant(graph, f"{t.name}_{precision}", t.values.astype(low))
+                    t = converted[t.name]
+                new_inputs.append(t)
+                continue
+            is_low = t.dtype is not None and np.dtype(t.dtype) == low
+            if wants_low and _is_float32(t):
+                t = cast(t, precision)
+            elif not wants_low and is_low:
+                t = cast(t, "fp32")
+            new_inputs.append(t)
+        set_inputs(node, new_inputs)
+    return graph.cleanup(remove_unused_graph_inputs=False).toposort()

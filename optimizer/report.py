@@ -1,0 +1,106 @@
+"""What a run of the optimizer did, for the summary table and --report FILE.json."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Skipped:
+    node: str
+    op: str
+    reason: str
+
+
+@dataclass
+class Report:
+    model: str = ""
+    target: str = "ort-cpu"
+    precision: str = "fp32"
+    nodes_before: int = 0
+    nodes_after: int = 0
+    ops_before: dict[str, int] = field(default_factory=dict)
+    ops_after: dict[str, int] = field(default_factory=dict)
+    bn_folded: Counter = field(default_factory=Counter)      # producer op -> count
+    bn_to_affine: int = 0                                     # BN with no foldable producer -> Mul+Add
+    fusions: Counter = field(default_factory=Counter)         # "activation/residual" -> count
+    skipped: list[Skipped] = field(default_factory=list)
+    transposes_inserted: int = 0
+    transposes_removed: int = 0
+    activation_bytes_saved: int = 0                           # per image, written + read
+    canonicalized: Counter = field(default_factory=Counter)
+    pass_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    verify: dict | None = None
+
+    def skip(self, node, reason: str) -> None:
+        self.skipped.append(Skipped(node.name, node.op, reason))
+
+    def fused_count(self) -> int:
+        return sum(self.fusions.values())
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["bn_folded"] = dict(self.bn_folded)
+        d["fusions"] = dict(self.fusions)
+        d["canonicalized"] = dict(self.canonicalized)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def render(self, console) -> None:
+        from rich.table import Table  # noqa: PLC0415 (rich is only needed for the CLI)
+
+        summary = Table(title=f"epifuse: {self.model} (target {self.target}, {self.precision})", show_header=False)
+        summary.add_column(style="bold")
+        summary.add_column(justify="right")
+        summary.add_row("nodes before → after", f"{self.nodes_before} → {self.nodes_after}")
+        summary.add_row("BatchNorm folded", _counts(self.bn_folded) or "0")
+        if self.bn_to_affine:
+            summary.add_row("BatchNorm → Mul+Add (no foldable producer)", str(self.bn_to_affine))
+        summary.add_row("FusedConv nodes", str(self.fused_count()))
+        summary.add_row("transposes inserted / removed", f"{self.transposes_inserted} / {self.transposes_removed}")
+        summary.add_row("Transpose nodes left", str(self.ops_after.get("Transpose", 0)))
+        summary.add_row("activation bytes saved per image", _bytes(self.activation_bytes_saved))
+        if self.canonicalized:
+            summary.add_row("canonicalized", _counts(self.canonicalized))
+        summary.add_row("time", f"{sum(self.pass_seconds.values()):.2f} s")
+        console.print(summary)
+        if self.fusions:
+            fused = Table(title="fusions (activation / residual)")
+            fused.add_column("activation")
+            fused.add_column("residual")
+            fused.add_column("count", justify="right")
+            for key, n in sorted(self.fusions.items()):
+                act, res = key.split("/")
+                fused.add_row(act, res, str(n))
+            console.print(fused)
+        if self.skipped:
+            skipped = Table(title="not fused")
+            skipped.add_column("node")
+            skipped.add_column("op")
+            skipped.add_column("reason")
+            for s in self.skipped:
+                skipped.add_row(s.node, s.op, s.reason)
+            console.print(skipped)
+        for note in self.notes:
+            console.print(f"[dim]note:[/dim] {note}")
+        if self.verify:
+            v = self.verify
+            status = "[green]PASS[/green]" if v["passed"] else "[red]FAIL[/red]"
+            console.print(f"verify on {v['provider']}: {status} — worst relative L2 error "
+                          f"{v['worst_rel_l2']:.2e} (bound {v['tolerance']:.0e}) over {v['outputs']} outputs")
+
+
+def _counts(c: Counter) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
