@@ -139,4 +139,4 @@ def fold_batchnorm(graph: gs.Graph, report: Report) -> gs.Graph:
         else:
             _to_affine(graph, bn, scale, shift)
             report.bn_to_affine += 1
-    return graph.cleanup(remove_unused_graph_inputs=False)
+    return graph.cleanup(remove_unused_graph_inputs=False).toposort()

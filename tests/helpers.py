@@ -1,0 +1,52 @@
+"""Shared test helpers: tiny graphs, ORT runs of standard-ONNX models, error measures."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import onnxruntime as ort
+
+from models.builder import GraphBuilder
+
+
+def any_kernel(target, desc):
+    """A kernel query that accepts everything: for pass tests that are not about the registry."""
+    return 1, ""
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict, library: bool = False) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    if library:
+        from optimizer.runtime import session_options
+
+        so = session_options()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def rel_l2(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def conv_net(build, *, channels=8, size=12, opset=17, batch=1, seed=0) -> onnx.ModelProto:
+    """Model with one input [batch, channels, size, size]; `build(g, x) -> output name`."""
+    g = GraphBuilder("test", opset=opset, seed=seed)
+    x = g.input("x", channels, size, size, batch=batch)
+    g.output(build(g, x), "y")
+    return g.build()
+
+
+def feeds_for(model: onnx.ModelProto, seed=0, batch=2) -> dict:
+    from optimizer.verify import random_inputs
+
+    return random_inputs(model, seed=seed)
+
+
+def ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+def gs_graph(model: onnx.ModelProto) -> gs.Graph:
+    return gs.import_onnx(onnx.shape_inference.infer_shapes(model))

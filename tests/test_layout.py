@@ -1,0 +1,126 @@
+"""layout: transposes pushed through layout-agnostic ops cancel; numerics unchanged; ops that
+need NCHW keep a transpose on each side (the region edge)."""
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from optimizer.passes.layout import layout
+from optimizer.report import Report
+from tests.helpers import ops, rel_l2, run_ort
+
+N, H, W, C = 2, 6, 8, 4
+
+
+def _sandwich(body, n_inputs=1, n_outputs=1, inits=(), opset=17):
+    """NHWC inputs → Transpose to NCHW → body (NCHW) → Transpose back → NHWC outputs."""
+    nodes = [helper.make_node("Transpose", [f"x{i}"], [f"a{i}"], perm=[0, 3, 1, 2]) for i in range(n_inputs)]
+    body_nodes, outs = body()
+    nodes += body_nodes
+    nodes += [helper.make_node("Transpose", [o], [f"y{i}"], perm=[0, 2, 3, 1]) for i, o in enumerate(outs)]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [N, H, W, C])
+                                       for i in range(n_inputs)],
+                          [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None) for i in range(n_outputs)],
+                          list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def _layout(model):
+    report = Report()
+    out = gs.export_onnx(layout(gs.import_onnx(model), report))
+    out.ir_version = model.ir_version
+    onnx.checker.check_model(out)
+    return out, report
+
+
+def _same_numerics(a, b, n_inputs=1):
+    rng = np.random.default_rng(0)
+    feeds = {f"x{i}": rng.standard_normal((N, H, W, C)).astype(np.float32) for i in range(n_inputs)}
+    for u, v in zip(run_ort(a, feeds), run_ort(b, feeds)):
+        assert u.shape == v.shape
+        assert rel_l2(u, v) < 1e-6
+
+
+def c(name, array):
+    return numpy_helper.from_array(np.asarray(array, np.float32 if np.asarray(array).dtype.kind == "f" else np.int64),
+                                   name)
+
+
+CASES = {
+    "unary": (lambda: ([helper.make_node("Relu", ["a0"], ["r"]), helper.make_node("Sigmoid", ["r"], ["s"])], ["s"]),
+              1, 1, []),
+    "add_broadcast_channel_constant": (lambda: ([helper.make_node("Add", ["a0", "k"], ["s"])], ["s"]), 1, 1,
+                                       [c("k", np.arange(C, dtype=np.float32).reshape(1, C, 1, 1))]),
+    "mul_rank3_constant": (lambda: ([helper.make_node("Mul", ["a0", "k"], ["s"])], ["s"]), 1, 1,
+                           [c("k", np.arange(C, dtype=np.float32).reshape(C, 1, 1) + 1)]),
+    "binary_two_transposed": (lambda: ([helper.make_node("Mul", ["a0", "a1"], ["s"])], ["s"]), 2, 1, []),
+    "concat_channels": (lambda: ([helper.make_node("Concat", ["a0", "a1"], ["s"], axis=1)], ["s"]), 2, 1, []),
+    "split_channels": (lambda: ([helper.make_node("Split", ["a0", "sp"], ["s0", "s1"], axis=1)], ["s0", "s1"]), 1, 2,
+                       [c("sp", np.array([1, 3]))]),
+    "slice_height_and_channels": (lambda: ([helper.make_node("Slice", ["a0", "st", "en", "ax"], ["s"])], ["s"]), 1, 1,
+                                  [c("st", np.array([1, 1])), c("en", np.array([3, 5])), c("ax", np.array([1, 2]))]),
+    "pad": (lambda: ([helper.make_node("Pad", ["a0", "p"], ["s"])], ["s"]), 1, 1,
+            [c("p", np.array([0, 0, 1, 2, 0, 0, 3, 0]))]),
+    "resize_nearest": (lambda: ([helper.make_node("Resize", ["a0", "", "sc"], ["s"], mode="nearest")], ["s"]), 1, 1,
+                       [c("sc", np.array([1.0, 1.0, 2.0, 2.0]))]),
+    "global_average_pool": (lambda: ([helper.make_node("GlobalAveragePool", ["a0"], ["s"])], ["s"]), 1, 1, []),
+    "reduce_mean_keepdims": (lambda: ([helper.make_node("ReduceMean", ["a0"], ["s"], axes=[2, 3])], ["s"]), 1, 1, []),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_transposes_cancel_through_layout_agnostic_op(case):
+    body, n_in, n_out, inits = CASES[case]
+    model = _sandwich(body, n_in, n_out, inits)
+    out, report = _layout(model)
+    assert "Transpose" not in ops(out), ops(out)
+    assert report.transposes_removed == n_in + n_out
+    _same_numerics(model, out, n_in)
+
+
+def test_reduce_mean_opset18_axes_input():
+    model = _sandwich(lambda: ([helper.make_node("ReduceMean", ["a0", "ax"], ["s"])], ["s"]), 1, 1,
+                      [c("ax", np.array([2, 3]))], opset=18)
+    out, _ = _layout(model)
+    assert "Transpose" not in ops(out)
+    _same_numerics(model, out)
+
+
+def test_nchw_only_op_keeps_one_transpose_each_side():
+    model = _sandwich(lambda: ([helper.make_node("Relu", ["a0"], ["r"]),
+                                helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[2, 2]),
+                                helper.make_node("Relu", ["m"], ["s"])], ["s"]))
+    out, _ = _layout(model)
+    assert ops(out).count("Transpose") == 2
+    assert ops(out)[ops(out).index("MaxPool") - 1] == "Transpose"
+    _same_numerics(model, out)
+
+
+def test_pushing_does_not_add_transposes_when_a_tensor_also_feeds_nchw_ops():
+    model = _sandwich(lambda: ([helper.make_node("Relu", ["a0"], ["r"]),
+                                helper.make_node("MaxPool", ["a0"], ["m"], kernel_shape=[1, 1]),
+                                helper.make_node("Add", ["r", "m"], ["s"])], ["s"]))
+    before = ops(model).count("Transpose")
+    out, _ = _layout(model)
+    assert ops(out).count("Transpose") <= before
+    _same_numerics(model, out)
+
+
+def test_unit_dim_transpose_before_flatten_is_dropped():
+    def body():
+        return [helper.make_node("GlobalAveragePool", ["a0"], ["g"]), helper.make_node("Flatten", ["g"], ["f"])], ["f"]
+
+    nodes_model = _sandwich(body)
+    # the Flatten output is 2-D: drop the trailing NHWC transpose from the sandwich
+    g = nodes_model.graph
+    last = g.node[-1]
+    g.node.remove(last)
+    g.output[0].name = "f"
+    out, _ = _layout(onnx.shape_inference.infer_shapes(nodes_model))
+    assert "Transpose" not in ops(out)
+    rng = np.random.default_rng(0)
+    feeds = {"x0": rng.standard_normal((N, H, W, C)).astype(np.float32)}
+    assert rel_l2(run_ort(out, feeds)[0], run_ort(nodes_model, feeds)[0]) < 1e-6
