@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args, console)
     except EpifuseError as e:
-        Console(stderr=True).print(f"[red]epifuse: error:[/red] {e}", highlight=False)
+        print(f"epifuse: error: {e}", file=sys.stderr)  # one line, never wrapped
         return 2
     except KeyboardInterrupt:
         return 130

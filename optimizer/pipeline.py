@@ -1,4 +1,4 @@
-"""The optimizer pipeline: load → canonicalize → fold BN → fuse → precision → layout → cleanup → save."""
+"""The optimizer pipeline: load → canonicalize → fold BN → fuse → layout → precision → cleanup → save."""
 from __future__ import annotations
 
 import time
@@ -26,6 +26,12 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
     return dict(Counter(n.op_type for n in model.graph.node))
 
 
+def _registry_query(target: str, desc: dict) -> tuple[int, str]:
+    from . import registry  # noqa: PLC0415 (loads the native library on first use)
+
+    return registry.kernel_count(target, registry.ConvDesc(**desc))
+
+
 @contextmanager
 def _timed(report: Report, name: str, progress=None):
     if progress is not None:
@@ -45,7 +51,7 @@ def optimize_model(model: onnx.ModelProto, *, target: str = "ort-cpu", precision
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
     if kernel_query is None:
-        from .registry import kernel_count as kernel_query  # noqa: PLC0415 (loads the native library)
+        kernel_query = _registry_query
     report = report or Report()
     report.target, report.precision = target, precision
     report.nodes_before = len(model.graph.node)
@@ -59,10 +65,10 @@ def optimize_model(model: onnx.ModelProto, *, target: str = "ort-cpu", precision
     with _timed(report, "fuse_conv", progress):
         graph = fuse_conv(graph, report, target, kernel_query)
     if stop_after != "fuse":
-        with _timed(report, "precision", progress):
-            graph = convert_precision(graph, report, precision, target)
         with _timed(report, "layout", progress):
             graph = layout(graph, report)
+        with _timed(report, "precision", progress):  # after layout: Casts only where regions end
+            graph = convert_precision(graph, report, precision, target)
     with _timed(report, "cleanup", progress):
         out = cleanup(graph, report, model)
     report.nodes_after = len(out.graph.node)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..graph import constant_value, make_constant, make_variable, producer, set_inputs, set_outputs, shape_of
+from ..graph import constant_value, itemsize, numel_per_image, make_constant, make_variable, producer, set_inputs, set_outputs, shape_of
 from ..report import Report
 
 
@@ -131,6 +131,8 @@ def fold_batchnorm(graph: gs.Graph, report: Report) -> gs.Graph:
                     report.bn_folded["MatMul"] += 1
                     continue
         if folded:
+            # the pre-BN tensor is no longer written and read back
+            report.activation_bytes_saved += 2 * (numel_per_image(x) or 0) * itemsize(x)
             out = bn.outputs[0]
             bn.outputs.clear()
             prod.outputs.clear()

@@ -14,6 +14,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from .. import contract
+from ..errors import EpifuseError
 from ..graph import make_constant, make_variable, set_inputs, set_outputs, unique_name
 from ..report import Report
 
@@ -40,7 +41,7 @@ _FP32_INPUTS = {"Resize": {1, 2}}
 def _runs_low(node: gs.Node, target: str, precision: str) -> bool:
     if node.op == contract.OP_TYPE and node.domain == contract.DOMAIN:
         return True
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain not in (None, "", "ai.onnx"):
         return False
     if target == "ort-cpu":
         return node.op in (_CPU_FP16 if precision == "fp16" else _MOVE)
@@ -58,6 +59,9 @@ def _is_float32(t: gs.Tensor) -> bool:
 def precision(graph: gs.Graph, report: Report, precision: str, target: str) -> gs.Graph:
     if precision == "fp32":
         return graph
+    if precision == "bf16" and graph.opset < 13:
+        raise EpifuseError(f"bf16 needs ai.onnx opset 13 or newer (Cast and Transpose admit bfloat16 from 13); "
+                           f"the model is opset {graph.opset}")
     low = LOW_DTYPES[precision]
     low_nodes = {id(n) for n in graph.nodes if _runs_low(n, target, precision)}
     casts: dict[tuple[str, str], gs.Tensor] = {}

@@ -1,0 +1,124 @@
+"""Bad input gets one clear line, exit code 2 and no output file; the input is never modified;
+saving is atomic."""
+import hashlib
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from models import zoo
+from optimizer.cli import main
+from optimizer.errors import EpifuseError
+from optimizer.passes.load import load_model
+from optimizer.passes.save import save_model
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(zoo.build("resnet_tiny"), path)
+    return path
+
+
+def _cli_error(capsys, args, out_path):
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert not os.path.exists(out_path)
+    assert not [f for f in os.listdir(os.path.dirname(out_path)) if f.endswith(".tmp")]
+    lines = [line for line in err.strip().splitlines() if line]
+    assert len(lines) == 1 and "epifuse: error:" in lines[0]
+    return lines[0]
+
+
+def test_missing_file(tmp_path, capsys):
+    msg = _cli_error(capsys, ["optimize", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "o.onnx")],
+                     str(tmp_path / "o.onnx"))
+    assert "nope.onnx" in msg and "no such file" in msg
+
+
+def test_not_onnx(tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("this is not a protobuf\n" * 10)
+    msg = _cli_error(capsys, ["optimize", str(bad), "-o", str(tmp_path / "o.onnx")], str(tmp_path / "o.onnx"))
+    assert "bad.onnx" in msg and "not an ONNX model" in msg
+
+
+def test_truncated_protobuf(tmp_path, model_file, capsys):
+    data = model_file.read_bytes()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: len(data) // 2])
+    msg = _cli_error(capsys, ["optimize", str(cut), "-o", str(tmp_path / "o.onnx")], str(tmp_path / "o.onnx"))
+    assert "cut.onnx" in msg
+
+
+def test_unsupported_opset(tmp_path, capsys):
+    m = zoo.build("resnet_tiny")
+    m.opset_import[0].version = 22
+    path = tmp_path / "new.onnx"
+    onnx.save(m, path)
+    msg = _cli_error(capsys, ["optimize", str(path), "-o", str(tmp_path / "o.onnx")], str(tmp_path / "o.onnx"))
+    assert "unsupported opset 22" in msg
+
+
+def test_external_data_outside_the_model_folder(tmp_path, capsys):
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    w = np.ones((4, 2, 1, 1), np.float32)
+    (tmp_path / "secret.bin").write_bytes(w.tobytes())
+    tensor = numpy_helper.from_array(w, "w")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "../secret.bin"), ("offset", "0"), ("length", str(w.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = k, v
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [tensor])
+    path = inner / "escape.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    msg = _cli_error(capsys, ["optimize", str(path), "-o", str(inner / "o.onnx")], str(inner / "o.onnx"))
+    assert "outside the model's folder" in msg and "'w'" in msg
+
+
+def test_output_equal_to_input_is_refused_and_input_untouched(model_file, capsys):
+    digest = hashlib.sha256(model_file.read_bytes()).hexdigest()
+    code = main(["optimize", str(model_file), "-o", str(model_file)])
+    assert code == 2
+    assert "output path is the input model" in capsys.readouterr().err
+    assert hashlib.sha256(model_file.read_bytes()).hexdigest() == digest
+
+
+def test_old_opset_is_converted(tmp_path):
+    # a plain opset-9 conv net, as old exporters wrote them
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])],
+                          [numpy_helper.from_array(np.ones((3, 2, 1, 1), np.float32), "w")])
+    down = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    down.ir_version = 4
+    path = tmp_path / "old.onnx"
+    onnx.save(down, path)
+    loaded = load_model(str(path))
+    assert loaded.opset_import[0].version == 13
+
+
+def test_save_is_atomic_and_leaves_nothing_on_failure(tmp_path, monkeypatch):
+    out = tmp_path / "o.onnx"
+    out.write_bytes(b"previous")
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError):
+        save_model(zoo.build("resnet_tiny"), str(out))
+    assert out.read_bytes() == b"previous"
+    assert os.listdir(tmp_path) == ["o.onnx"]
+
+
+def test_output_folder_missing(tmp_path):
+    with pytest.raises(EpifuseError, match="output folder does not exist"):
+        save_model(zoo.build("resnet_tiny"), str(tmp_path / "no" / "o.onnx"))
