@@ -60,11 +60,6 @@ def validate(model: onnx.ModelProto, path: str = "<model>") -> onnx.ModelProto:
     if version > MAX_OPSET:
         raise EpifuseError(f"unsupported opset {version} (epifuse supports ai.onnx opsets "
                            f"{MIN_OPSET} to {MAX_OPSET})", path=path)
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as e:
-        first = str(e).strip().splitlines()[0]
-        raise EpifuseError(f"invalid ONNX model: {first}", path=path) from None
     if version < MIN_OPSET:
         try:
             model = version_converter.convert_version(model, CONVERT_TO_OPSET)
@@ -72,6 +67,13 @@ def validate(model: onnx.ModelProto, path: str = "<model>") -> onnx.ModelProto:
             raise EpifuseError(f"opset {version} could not be converted to {CONVERT_TO_OPSET}: "
                                f"{str(e).splitlines()[0]}", path=path) from None
     try:
-        return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as e:
-        raise EpifuseError(f"shape inference failed: {str(e).splitlines()[0]}", path=path) from None
+        # first, so that graph outputs written without a shape (ORT accepts them) get one
+        model = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        pass  # the checker below names the problem
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        first = str(e).strip().splitlines()[0]
+        raise EpifuseError(f"invalid ONNX model: {first}", path=path) from None
+    return model
