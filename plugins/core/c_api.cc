@@ -1,0 +1,116 @@
+// The C ABI of libepifuse_core.so (epifuse_c_api.h): converts plain C structs to core types and
+// core failures to error codes plus messages. No exception crosses this boundary.
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "conv_problem.h"
+#include "cpu_fused_conv.h"
+#include "epifuse_c_api.h"
+#include "parallel.h"
+#include "registry.h"
+
+namespace {
+
+using epifuse::Status;
+
+int32_t report(const std::string& message, char* err, size_t err_len) {
+  if (err && err_len > 0) {
+    const size_t n = std::min(message.size(), err_len - 1);
+    std::memcpy(err, message.data(), n);
+    err[n] = '\0';
+  }
+  return 1;
+}
+
+Status problem_from_desc(const epifuse_conv_desc* d, epifuse::ConvProblem* p) {
+  if (!d) return Status::Error("the problem descriptor is null");
+  if (!d->activation) return Status::Error("activation name is null");
+  if (d->n_activation_params < 0 || (d->n_activation_params > 0 && !d->activation_params))
+    return Status::Error("activation_params is null or has a negative count");
+  EPIFUSE_RETURN_IF_ERROR(epifuse::parse_dtype(d->dtype, &p->dtype));
+  p->N = d->N, p->H = d->H, p->W = d->W, p->C = d->C;
+  p->K = d->K, p->R = d->R, p->S = d->S;
+  epifuse::ConvAttributes& a = p->attr;
+  a.group = d->group;
+  a.stride_h = d->stride_h, a.stride_w = d->stride_w;
+  a.dil_h = d->dil_h, a.dil_w = d->dil_w;
+  a.pad_top = d->pad_top, a.pad_left = d->pad_left, a.pad_bottom = d->pad_bottom, a.pad_right = d->pad_right;
+  EPIFUSE_RETURN_IF_ERROR(epifuse::parse_activation(d->activation, d->activation_params,
+                                                    d->n_activation_params, &a.activation));
+  switch (d->residual) {
+    case EPIFUSE_RESIDUAL_NONE: a.residual = epifuse::Residual::kNone; break;
+    case EPIFUSE_RESIDUAL_PRE: a.residual = epifuse::Residual::kPre; break;
+    case EPIFUSE_RESIDUAL_POST: a.residual = epifuse::Residual::kPost; break;
+    default: return Status::Error("unknown residual mode " + std::to_string(d->residual));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t epifuse_abi_version(void) { return EPIFUSE_ABI_VERSION; }
+
+int32_t epifuse_validate(const epifuse_conv_desc* d, char* err, size_t err_len) {
+  try {
+    epifuse::ConvProblem p;
+    Status s = problem_from_desc(d, &p);
+    if (s.ok()) s = epifuse::validate(p);
+    return s.ok() ? 0 : report(s.message(), err, err_len);
+  } catch (const std::exception& e) {
+    return report(e.what(), err, err_len);
+  }
+}
+
+int32_t epifuse_kernel_count(const char* target, const epifuse_conv_desc* d, char* err, size_t err_len) {
+  // Returns a count, not a status: a failure is "0 kernels" plus the reason.
+  std::string why;
+  try {
+    epifuse::ConvProblem p;
+    const Status s = target ? problem_from_desc(d, &p) : Status::Error("target is null");
+    if (!s.ok()) {
+      why = s.message();
+    } else {
+      const auto kernels = epifuse::find_kernels(target, p, &why);
+      if (!kernels.empty()) return static_cast<int32_t>(kernels.size());
+    }
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  report(why, err, err_len);
+  return 0;
+}
+
+int64_t epifuse_output_size(int64_t in, int64_t pad_begin, int64_t pad_end, int64_t dilation,
+                            int64_t kernel, int64_t stride) {
+  return epifuse::output_size(in, pad_begin, pad_end, dilation, kernel, stride);
+}
+
+int32_t epifuse_activation_info(int32_t index, const char** name, int32_t* n_params, float* default_params) {
+  const auto& table = epifuse::activation_table();
+  if (index < 0 || static_cast<size_t>(index) >= table.size()) return 1;
+  const epifuse::ActivationSpec& spec = table[static_cast<size_t>(index)];
+  if (name) *name = spec.name;
+  if (n_params) *n_params = spec.n_params;
+  if (default_params) {
+    for (int i = 0; i < 2; ++i) default_params[i] = i < spec.n_params ? spec.defaults[i] : 0.f;
+  }
+  return 0;
+}
+
+int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, const void* x, const void* w, const void* b,
+                               const void* z, void* y, char* err, size_t err_len) {
+  try {
+    epifuse::ConvProblem p;
+    Status s = problem_from_desc(d, &p);
+    if (s.ok()) s = epifuse::cpu_fused_conv(p, x, w, b, z, y, epifuse::parallel_for_threads);
+    return s.ok() ? 0 : report(s.message(), err, err_len);
+  } catch (const std::exception& e) {
+    return report(e.what(), err, err_len);
+  }
+}
+
+}  // extern "C"

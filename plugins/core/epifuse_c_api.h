@@ -1,0 +1,65 @@
+// C ABI of libepifuse_core.so: lets the Python optimizer (ctypes), tests and benchmarks ask the
+// kernel registry and run kernels without ONNX Runtime or TensorRT. Plain C types only, so it
+// loads from any Python version. Every function returns 0 on success or a non-zero code, and
+// writes a NUL-terminated message into `err` (size `err_len`) on failure.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EPIFUSE_ABI_VERSION 1
+#define EPIFUSE_EXPORT __attribute__((visibility("default")))
+
+// ONNX TensorProto element types used by the op contract.
+enum { EPIFUSE_FLOAT = 1, EPIFUSE_FLOAT16 = 10, EPIFUSE_BFLOAT16 = 16 };
+enum { EPIFUSE_RESIDUAL_NONE = 0, EPIFUSE_RESIDUAL_PRE = 1, EPIFUSE_RESIDUAL_POST = 2 };
+
+// One FusedConv problem. N/H/W may be -1 (symbolic) when asking the registry.
+typedef struct epifuse_conv_desc {
+  int32_t dtype;                     // EPIFUSE_FLOAT / FLOAT16 / BFLOAT16
+  int64_t N, H, W, C;                // input, NHWC
+  int64_t K, R, S;                   // filter, KRSC (K x R x S x C/group)
+  int64_t group;
+  int64_t stride_h, stride_w;
+  int64_t dil_h, dil_w;
+  int64_t pad_top, pad_left, pad_bottom, pad_right;
+  const char* activation;            // contract name: "relu", "silu", ...
+  const float* activation_params;    // may be NULL when n_activation_params == 0
+  int32_t n_activation_params;       // 0 means the contract's defaults
+  int32_t residual;                  // EPIFUSE_RESIDUAL_*
+} epifuse_conv_desc;
+
+EPIFUSE_EXPORT int32_t epifuse_abi_version(void);
+
+// Validates attributes and shapes against the op contract (activation name and parameter count,
+// group divides C and K, positive strides/dilations, non-negative pads, P and Q >= 1 when H/W known).
+EPIFUSE_EXPORT int32_t epifuse_validate(const epifuse_conv_desc* d, char* err, size_t err_len);
+
+// Number of registered kernels for `target` ("ort-cpu", "ort-cuda", "tensorrt") that can run `d`.
+// 0 means none; then `err` says why (e.g. "no kernel for dtype bfloat16 with group 3").
+EPIFUSE_EXPORT int32_t epifuse_kernel_count(const char* target, const epifuse_conv_desc* d,
+                                            char* err, size_t err_len);
+
+// Output spatial size by the contract's rule; returns -1 for a symbolic (-1) input size.
+EPIFUSE_EXPORT int64_t epifuse_output_size(int64_t in, int64_t pad_begin, int64_t pad_end,
+                                           int64_t dilation, int64_t kernel, int64_t stride);
+
+// Enumerates the contract's activation table in its order (index from 0): the name, the number
+// of activation_params it takes, and their defaults (`default_params` has room for 2; unused
+// entries are 0). Returns non-zero past the end of the table. Lets tests check that the Python
+// copy of the contract agrees with this one.
+EPIFUSE_EXPORT int32_t epifuse_activation_info(int32_t index, const char** name, int32_t* n_params,
+                                               float* default_params);
+
+// Runs the CPU kernel on host buffers (NHWC X, KRSC W, B[K], optional Z (NULL), Y). Tensors are in
+// d->dtype (uint16_t storage for float16/bfloat16). Used by tests and benchmarks.
+EPIFUSE_EXPORT int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, const void* x,
+                                              const void* w, const void* b, const void* z, void* y,
+                                              char* err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,17 @@
+// How the CPU kernel spreads work: the caller decides. The ORT adapter passes ORT's intra-op
+// thread pool (so sessions honour intra_op_num_threads and nothing is oversubscribed); the C ABI
+// uses plain std::threads.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace epifuse {
+
+// Runs body(i) for every i in [0, n), possibly concurrently; returns when all have run.
+// `body` must not throw.
+using ParallelFor = std::function<void(int64_t n, const std::function<void(int64_t)>& body)>;
+
+// One std::thread per hardware thread (the caller's thread included) pulling indices in turn.
+void parallel_for_threads(int64_t n, const std::function<void(int64_t)>& body);
+
+}  // namespace epifuse

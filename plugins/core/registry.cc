@@ -1,0 +1,63 @@
+#include "registry.h"
+
+#include <algorithm>
+
+namespace epifuse {
+namespace {
+
+bool any_dtype(DType t, std::string* why) {
+  if (t == DType::kFloat || t == DType::kFloat16 || t == DType::kBFloat16) return true;
+  *why = std::string("no support for dtype ") + dtype_name(t);
+  return false;
+}
+
+// The portable CPU kernel runs every valid problem.
+bool cpu_eigen_can_implement(const ConvProblem& p, std::string* why) { return any_dtype(p.dtype, why); }
+
+// A direct convolution (one thread per output element) has no alignment or group constraints;
+// it is the fallback behind any faster CUDA kernel added later.
+bool cuda_direct_can_implement(const ConvProblem& p, std::string* why) { return any_dtype(p.dtype, why); }
+
+}  // namespace
+
+const std::vector<KernelDescriptor>& kernel_registry() {
+  static const std::vector<KernelDescriptor> registry = {
+      {"cpu_eigen", {"ort-cpu"}, cpu_eigen_can_implement},
+      {"cuda_direct", {"ort-cuda", "tensorrt"}, cuda_direct_can_implement},
+  };
+  return registry;
+}
+
+const std::vector<std::string>& known_targets() {
+  static const std::vector<std::string> targets = {"ort-cpu", "ort-cuda", "tensorrt"};
+  return targets;
+}
+
+std::vector<const KernelDescriptor*> find_kernels(const std::string& target, const ConvProblem& p,
+                                                  std::string* why) {
+  std::vector<const KernelDescriptor*> found;
+  const auto& targets = known_targets();
+  if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
+    *why = "unknown target '" + target + "' (expected ort-cpu, ort-cuda or tensorrt)";
+    return found;
+  }
+  const Status valid = validate(p);
+  if (!valid.ok()) {
+    *why = valid.message();
+    return found;
+  }
+  std::string reasons;
+  for (const KernelDescriptor& k : kernel_registry()) {
+    if (std::find(k.targets.begin(), k.targets.end(), target) == k.targets.end()) continue;
+    std::string reason;
+    if (k.can_implement(p, &reason)) {
+      found.push_back(&k);
+    } else {
+      reasons += std::string(reasons.empty() ? "" : "; ") + k.name + ": " + reason;
+    }
+  }
+  if (found.empty()) *why = "no kernel for target '" + target + "': " + (reasons.empty() ? "none registered" : reasons);
+  return found;
+}
+
+}  // namespace epifuse

@@ -1,0 +1,140 @@
+"""libepifuse_core.so's C ABI through optimizer.registry: validation, shape rule, kernel registry
+and the CPU kernel, without ONNX Runtime."""
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from conv_reference import fused_conv, output_size, rel_l2
+from optimizer import registry
+from optimizer.contract import ACTIVATIONS
+from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
+
+VALID = ConvDesc.from_attributes(FLOAT, (-1, 56, 56, 64), (64, 3, 3, 64), pads=(1, 1, 1, 1), activation="relu")
+
+
+def test_abi_version():
+    assert registry.abi_version() == 1
+
+
+def test_activation_table_matches_contract():
+    table = registry.activations()
+    assert list(table) == list(ACTIVATIONS)
+    for name, defaults in ACTIVATIONS.items():
+        np.testing.assert_array_equal(np.float32(table[name]), np.float32(defaults), err_msg=name)
+
+
+@pytest.mark.parametrize("args", [(56, 1, 1, 1, 3, 1), (56, 1, 1, 1, 3, 2), (224, 3, 3, 1, 7, 2),
+                                  (13, 0, 2, 2, 3, 3), (5, 0, 0, 1, 5, 1), (7, 1, 0, 3, 2, 2)])
+def test_output_size(args):
+    assert registry.output_size(*args) == output_size(*args)
+
+
+def test_output_size_symbolic():
+    assert registry.output_size(-1, 1, 1, 1, 3, 1) == -1
+
+
+def test_validate_accepts_symbolic_batch():
+    registry.validate(VALID)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(activation="swish"), "unknown activation 'swish'"),
+    (dict(activation="clip", activation_params=(0.0,)), "takes 2 activation_params, got 1"),
+    (dict(activation="relu", activation_params=(1.0,)), "takes 0 activation_params, got 1"),
+    (dict(group=3), "group 3 does not divide C = 64"),
+    (dict(C=6, group=2, K=5), "group 2 does not divide K = 5"),
+    (dict(stride_w=0), "strides must be >= 1"),
+    (dict(dil_h=0), "dilations must be >= 1"),
+    (dict(pad_right=-1), "pads must be >= 0"),
+    (dict(H=2, R=5, pad_top=0, pad_bottom=0), "output height would be -2"),
+    (dict(W=3, S=2, dil_w=3, pad_left=0, pad_right=0), "output width would be 0"),
+    (dict(dtype=7), "unsupported dtype 7"),
+    (dict(K=0), "K must be >= 1"),
+])
+def test_validate_rejects(change, message):
+    bad = dataclasses.replace(VALID, **change)
+    with pytest.raises(ValueError, match=message):
+        registry.validate(bad)
+    count, reason = registry.kernel_count("ort-cpu", bad)
+    assert count == 0 and message in reason
+
+
+@pytest.mark.parametrize("dtype", [FLOAT, FLOAT16, BFLOAT16])
+@pytest.mark.parametrize("target", registry.TARGETS)
+def test_kernel_count(target, dtype):
+    for desc in (VALID, dataclasses.replace(VALID, C=32, K=32, group=32, stride_h=2, dil_w=2, residual="post"),
+                 dataclasses.replace(VALID, N=-1, H=-1, W=-1, C=3, group=1, R=7, S=7)):
+        assert registry.kernel_count(target, dataclasses.replace(desc, dtype=dtype)) == (1, "")
+
+
+def test_kernel_count_unknown_target():
+    count, reason = registry.kernel_count("ort-rocm", VALID)
+    assert count == 0 and "unknown target 'ort-rocm'" in reason
+
+
+# --- the CPU kernel -------------------------------------------------------------------------
+
+CASES = {
+    "residual_pre_batch3": dict(shape=(3, 9, 7, 8, 12, 3, 3), pads=(1, 1, 1, 1), activation="silu", residual="pre"),
+    "residual_post": dict(shape=(1, 6, 6, 8, 8, 3, 3), pads=(1, 1, 1, 1), activation="leaky_relu",
+                          activation_params=(0.3,), residual="post"),
+    "grouped_stride3": dict(shape=(1, 11, 10, 6, 9, 3, 3), group=3, strides=(3, 3), pads=(0, 2, 1, 0),
+                            activation="hardsigmoid"),
+    "depthwise_dilated": dict(shape=(2, 9, 9, 10, 10, 3, 3), group=10, dilations=(2, 2), pads=(2, 2, 2, 2),
+                              activation="clip", activation_params=(-0.25, 0.5)),
+    "pointwise": dict(shape=(2, 5, 5, 16, 24, 1, 1), activation="gelu"),
+}
+
+
+def _inputs(dtype, shape, group=1, residual="none", seed=0, **attrs):
+    n, h, w, c, k, r, s = shape
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, h, w, c)).astype(dtype)
+    wt = (rng.standard_normal((k, r, s, c // group)) / np.sqrt(r * s * c // group)).astype(dtype)
+    b = rng.standard_normal(k).astype(dtype)
+    pads, strides, dil = attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)), attrs.get("dilations", (1, 1))
+    p = output_size(h, pads[0], pads[2], dil[0], r, strides[0])
+    q = output_size(w, pads[1], pads[3], dil[1], s, strides[1])
+    z = rng.standard_normal((n, p, q, k)).astype(dtype) if residual != "none" else None
+    return x, wt, b, z
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float32, 1e-5), (np.float16, 1e-3), (ml_dtypes.bfloat16, 1e-2)])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cpu_fused_conv(case, dtype, tol):
+    attrs = dict(CASES[case])
+    shape = attrs.pop("shape")
+    x, w, b, z = _inputs(dtype, shape, **attrs)
+    y = registry.cpu_fused_conv(x, w, b, z, **attrs)
+    assert y.dtype == dtype
+    ref = fused_conv(*(None if a is None else a.astype(np.float64) for a in (x, w, b, z)), **attrs)
+    assert rel_l2(y, ref) <= tol
+
+
+def test_cpu_fused_conv_rejects_z_without_residual():
+    x, w, b, _ = _inputs(np.float32, (1, 4, 4, 4, 4, 1, 1))
+    with pytest.raises(ValueError, match="residual is 'none'"):
+        registry.cpu_fused_conv(x, w, b, np.zeros((1, 4, 4, 4), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_16bit_conversions_round_to_nearest_even(dtype):
+    """Y = X[..., 0] + X[..., 1] via a 1x1 conv with unit weights: the fp32 sum is rounded once
+    to the 16-bit type, which must match numpy's round-to-nearest-even bit for bit, including
+    subnormals, overflow to inf and exact ties."""
+    info = ml_dtypes.finfo(dtype)
+    tiny, big, eps = float(info.smallest_subnormal), float(info.max), float(info.eps)
+    rng = np.random.default_rng(0)
+    mags = np.exp2(rng.uniform(np.log2(tiny), np.log2(big), 8192))
+    x = (mags * rng.choice([-1.0, 1.0], mags.size)).astype(dtype).reshape(1, 64, 64, 2)
+    x[0, 0, :6] = [[big, big], [0.0, -0.0], [tiny, tiny], [1.0, 0.0], [1.0, eps / 2], [1.0 + eps, eps / 2]]
+    w = np.ones((1, 1, 1, 2), dtype)
+    b = np.zeros(1, dtype)
+    y = registry.cpu_fused_conv(x, w, b)
+    with np.errstate(over="ignore"):
+        expected = (x[..., :1].astype(np.float32) + x[..., 1:].astype(np.float32) + np.float32(0)).astype(dtype)
+    np.testing.assert_array_equal(y.view(np.uint16), expected.view(np.uint16))
