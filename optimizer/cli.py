@@ -30,14 +30,14 @@ def _progress(console: Console):
 def _run_optimize(args, console: Console, in_path: str, out_path: str) -> int:
     progress = _progress(console) if console.is_terminal else None
     try:
-        optimized, report = optimize_file(in_path, out_path, target=args.target, precision=args.precision,
-                                          progress=progress)
+        report = optimize_file(in_path, out_path, target=args.target, precision=args.precision,
+                               progress=progress)
         if args.verify:
             from .verify import verify  # noqa: PLC0415
 
             if progress:
                 progress("verify")
-            report.verify = verify(in_path, optimized, precision=args.precision)
+            report.verify = verify(in_path, out_path, precision=args.precision)
     finally:
         if progress:
             progress.stop()

@@ -1,6 +1,7 @@
 """The optimizer pipeline: load → canonicalize → fold BN → fuse → layout → precision → cleanup → save."""
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -13,9 +14,10 @@ from .passes.cleanup import cleanup
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
 from .passes.layout import layout
-from .passes.load import load_model, validate
+from .passes.load import load_model_split, validate
 from .passes.precision import precision as convert_precision
 from .passes.save import check_output_path, save_model
+from .proto import SplitModel, skeleton
 from .report import Report
 
 TARGETS = ("ort-cpu", "ort-cuda", "tensorrt")
@@ -33,60 +35,83 @@ def _registry_query(target: str, desc: dict) -> tuple[int, str]:
 
 
 @contextmanager
-def _timed(report: Report, name: str, progress=None):
+def _timed(report: Report, name: str, progress=None, free_memory: bool = False):
     if progress is not None:
         progress(name)
     start = time.perf_counter()
     yield
+    if free_memory:
+        gc.collect()  # gs tensors reference themselves: replaced weights die only in a cycle collection
     report.pass_seconds[name] = report.pass_seconds.get(name, 0.0) + time.perf_counter() - start
 
 
 def optimize_model(model: onnx.ModelProto, *, target: str = "ort-cpu", precision: str = "fp32",
                    report: Report | None = None, kernel_query=None, progress=None,
                    stop_after: str | None = None) -> tuple[onnx.ModelProto, Report]:
-    """Runs every pass on a validated model. `kernel_query(target, desc) -> (count, reason)`
+    """Runs every pass on a validated model, in memory. `kernel_query(target, desc) -> (count, reason)`
     defaults to the kernel registry in libepifuse_core; `stop_after="fuse"` is what `inspect` uses."""
+    report = report or Report()
+    with _timed(report, "import", progress):
+        graph = gs.import_onnx(model)
+    split, report = optimize_graph(graph, skeleton(model, keep_small=False, weights_as_inputs=False),
+                                   target=target, precision=precision, report=report, kernel_query=kernel_query,
+                                   progress=progress, stop_after=stop_after)
+    return split.to_model(), report
+
+
+def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, precision: str, report: Report,
+                   kernel_query=None, progress=None, stop_after: str | None = None,
+                   free_memory: bool = False) -> tuple[SplitModel, Report]:
+    """The passes on an imported graph; `template` is the original model's skeleton. With
+    `free_memory`, replaced weights are collected after every pass (large models)."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r} (one of {', '.join(TARGETS)})")
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
     if kernel_query is None:
         kernel_query = _registry_query
-    report = report or Report()
     report.target, report.precision = target, precision
-    report.nodes_before = len(model.graph.node)
-    report.ops_before = _op_counts(model)
-    with _timed(report, "import", progress):
-        graph = gs.import_onnx(model)
-    with _timed(report, "canonicalize", progress):
+    report.nodes_before = len(template.graph.node)
+    report.ops_before = _op_counts(template)
+    with _timed(report, "canonicalize", progress, free_memory):
         graph = canonicalize(graph, report)
-    with _timed(report, "fold_batchnorm", progress):
+    with _timed(report, "fold_batchnorm", progress, free_memory):
         graph = fold_batchnorm(graph, report)
-    with _timed(report, "fuse_conv", progress):
+    with _timed(report, "fuse_conv", progress, free_memory):
         graph = fuse_conv(graph, report, target, kernel_query)
     if stop_after != "fuse":
-        with _timed(report, "layout", progress):
+        with _timed(report, "layout", progress, free_memory):
             graph = layout(graph, report)
-        with _timed(report, "precision", progress):  # after layout: Casts only where regions end
+        with _timed(report, "precision", progress, free_memory):  # after layout: Casts only where regions end
             graph = convert_precision(graph, report, precision, target)
-    with _timed(report, "cleanup", progress):
-        out = cleanup(graph, report, model)
-    report.nodes_after = len(out.graph.node)
-    report.ops_after = _op_counts(out)
+    with _timed(report, "cleanup", progress, free_memory):
+        out = cleanup(graph, report, template)
+    report.nodes_after = len(out.structure.graph.node)
+    report.ops_after = _op_counts(out.structure)
     return out, report
 
 
 def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", precision: str = "fp32",
-                  progress=None, kernel_query=None) -> tuple[onnx.ModelProto, Report]:
+                  progress=None, kernel_query=None) -> Report:
+    """Optimizes the file `in_path` into `out_path` holding one copy of the weights at a time:
+    the parsed protobuf until the graph has them as arrays, then the arrays, streamed to disk."""
     check_output_path(out_path, in_path)
     report = Report(model=in_path)
     with _timed(report, "load", progress):
-        model = load_model(in_path)
-    optimized, report = optimize_model(model, target=target, precision=precision, report=report,
-                                       progress=progress, kernel_query=kernel_query)
+        model, weights = load_model_split(in_path)
+    with _timed(report, "import", progress):
+        graph = gs.import_onnx(model)
+        for tensor in graph.tensors().values():
+            if isinstance(tensor, gs.Constant):
+                tensor.values = weights.pop(tensor.name) if tensor.name in weights else tensor.values
+        template = skeleton(model, keep_small=False, weights_as_inputs=False)
+        del model
+    optimized, report = optimize_graph(graph, template, target=target, precision=precision, report=report,
+                                       progress=progress, kernel_query=kernel_query, free_memory=True)
+    del graph
     with _timed(report, "save", progress):
         save_model(optimized, out_path, in_path)
-    return optimized, report
+    return report
 
 
 __all__ = ["optimize_model", "optimize_file", "validate", "TARGETS", "PRECISIONS"]

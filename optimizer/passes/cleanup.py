@@ -1,26 +1,29 @@
 """Cleanup: drop dead nodes and initializers, merge duplicate initializers, order nodes
-topologically, export, run shape inference and onnx.checker on the result."""
+topologically, export, run shape inference and onnx.checker on the result. The weights stay
+numpy arrays beside the exported structure (a SplitModel), so the check never serialises them
+and saving can stream them."""
 from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx import shape_inference
 
 from ..errors import EpifuseError
 from ..graph import replace_uses
+from ..proto import SMALL_TENSOR_BYTES, SplitModel, check_and_infer
 from ..report import Report
 
 
 def merge_duplicate_initializers(graph: gs.Graph) -> int:
     seen: dict[tuple, gs.Constant] = {}
     merged = 0
-    for name, t in list(graph.tensors().items()):
+    for t in list(graph.tensors().values()):
         if not isinstance(t, gs.Constant) or t in graph.inputs:
             continue
         v = t.values
-        key = (str(v.dtype), v.shape, hashlib.sha1(v.tobytes()).hexdigest())
+        key = (str(v.dtype), v.shape, hashlib.sha1(np.ascontiguousarray(v).reshape(-1).view(np.uint8)).hexdigest())
         first = seen.setdefault(key, t)
         if first is not t:
             replace_uses(graph, t, first)
@@ -28,22 +31,35 @@ def merge_duplicate_initializers(graph: gs.Graph) -> int:
     return merged
 
 
-def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto) -> onnx.ModelProto:
-    """Returns the finished model; `template` supplies what gs does not carry (IR version, metadata)."""
+def _weights_to_inputs(graph: gs.Graph) -> dict[str, np.ndarray]:
+    """Replaces every large constant by a graph input of its name, type and shape."""
+    weights = {}
+    for t in list(graph.tensors().values()):
+        if isinstance(t, gs.Constant) and t.values.nbytes > SMALL_TENSOR_BYTES:
+            weights[t.name] = t.values
+            stand_in = gs.Variable(t.name, dtype=t.values.dtype, shape=list(t.values.shape))
+            replace_uses(graph, t, stand_in)
+            graph.inputs.append(stand_in)
+    return weights
+
+
+def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto) -> SplitModel:
+    """The finished model; `template` (the input model's skeleton) supplies what gs does not
+    carry: IR version, doc string, metadata."""
     graph.cleanup(remove_unused_graph_inputs=False)
     merged = merge_duplicate_initializers(graph)
     if merged:
         report.canonicalized["duplicate initializers merged"] += merged
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
-    model = gs.export_onnx(graph)
-    model.ir_version = template.ir_version
-    model.producer_name = "epifuse"
-    model.doc_string = template.doc_string
-    del model.metadata_props[:]
-    model.metadata_props.extend(template.metadata_props)
+    weights = _weights_to_inputs(graph)
+    structure = gs.export_onnx(graph)
+    structure.ir_version = template.ir_version
+    structure.producer_name = "epifuse"
+    structure.doc_string = template.doc_string
+    del structure.metadata_props[:]
+    structure.metadata_props.extend(template.metadata_props)
     try:
-        model = shape_inference.infer_shapes(model, strict_mode=False)
-        onnx.checker.check_model(model)
+        check_and_infer(structure)
     except Exception as e:
         raise EpifuseError(f"internal error: the optimized model does not check: {str(e).splitlines()[0]}") from None
-    return model
+    return SplitModel(structure, weights)

@@ -32,6 +32,15 @@ def _why_not_foldable(bn: gs.Node) -> str | None:
     return None
 
 
+def _scaled(const: gs.Tensor, w: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """w * factor computed in float64 and rounded once to w's dtype. A weight that only this node
+    reads is scaled in place, so folding never holds two copies of a large model's weights."""
+    if isinstance(const, gs.Constant) and len(const.outputs) == 1 and w.dtype.kind == "f" and w.flags.writeable:
+        np.multiply(w, factor, out=w, casting="unsafe")
+        return w
+    return (w.astype(np.float64) * factor).astype(w.dtype)
+
+
 def _fold_conv(graph, node, scale, shift) -> bool:
     w = constant_value(node.inputs[1])
     if w is None:
@@ -41,16 +50,17 @@ def _fold_conv(graph, node, scale, shift) -> bool:
     if node.op == "Conv":
         if w.shape[0] != k:
             return False
-        w_new = w.astype(np.float64) * scale.reshape((k,) + (1,) * (w.ndim - 1))
-    else:  # ConvTranspose: weight [C, K/group, kh, kw]
+        factor = scale.reshape((k,) + (1,) * (w.ndim - 1))
+    else:  # ConvTranspose: weight [C, K/group, kh, kw]; output channel g*K/group + j is w[g-th C block, j]
         group = int(node.attrs.get("group", 1))
         c, k_per_group = w.shape[0], w.shape[1]
-        if k_per_group * group != k:
+        if k_per_group * group != k or c % group:
             return False
-        grouped = w.astype(np.float64).reshape((group, c // group, k_per_group) + w.shape[2:])
-        w_new = (grouped * scale.reshape((group, 1, k_per_group) + (1,) * (w.ndim - 2))).reshape(w.shape)
+        w = w.reshape((group, c // group, k_per_group) + w.shape[2:])
+        factor = scale.reshape((group, 1, k_per_group) + (1,) * (w.ndim - 3))
+    w_new = _scaled(node.inputs[1], w, factor).reshape(constant_value(node.inputs[1]).shape)
     b_new = (b.astype(np.float64) if b is not None else 0.0) * scale + shift
-    set_inputs(node, [node.inputs[0], make_constant(graph, f"{node.name}_W_bnfold", w_new.astype(w.dtype)),
+    set_inputs(node, [node.inputs[0], make_constant(graph, f"{node.name}_W_bnfold", w_new),
                       make_constant(graph, f"{node.name}_B_bnfold", b_new.astype(w.dtype))])
     return True
 
@@ -63,7 +73,7 @@ def _fold_gemm(graph, node, scale, shift) -> bool:
     n_out = w.shape[0] if trans_b else w.shape[1]
     if n_out != scale.size:
         return False
-    w_new = w.astype(np.float64) * (scale[:, None] if trans_b else scale[None, :])
+    w_new = _scaled(node.inputs[1], w, scale[:, None] if trans_b else scale[None, :])
     alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
     c = constant_value(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2].name else None
     if len(node.inputs) > 2 and node.inputs[2].name and c is None:
@@ -74,7 +84,7 @@ def _fold_gemm(graph, node, scale, shift) -> bool:
     c_new = c_full * scale + shift
     node.attrs["beta"] = 1.0
     node.attrs["alpha"] = alpha
-    set_inputs(node, [node.inputs[0], make_constant(graph, f"{node.name}_B_bnfold", w_new.astype(w.dtype)),
+    set_inputs(node, [node.inputs[0], make_constant(graph, f"{node.name}_B_bnfold", w_new),
                       make_constant(graph, f"{node.name}_C_bnfold", c_new.astype(w.dtype))])
     return True
 
@@ -85,7 +95,7 @@ def _fold_matmul(graph, node, bn, scale, shift) -> bool:
     out_shape = shape_of(node.outputs[0])
     if w is None or w.ndim != 2 or w.shape[1] != scale.size or out_shape is None or len(out_shape) != 2:
         return False
-    w_new = make_constant(graph, f"{node.name}_W_bnfold", (w.astype(np.float64) * scale[None, :]).astype(w.dtype))
+    w_new = make_constant(graph, f"{node.name}_W_bnfold", _scaled(node.inputs[1], w, scale[None, :]))
     set_inputs(node, [node.inputs[0], w_new])
     y = node.outputs[0]
     bias = make_constant(graph, f"{node.name}_bias_bnfold", shift.astype(w.dtype))

@@ -16,6 +16,7 @@ cancels the pairs that meet between neighbouring NHWC ops.
 """
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 import numpy as np
@@ -212,9 +213,11 @@ def fuse_conv(graph: gs.Graph, report: Report, target: str, kernel_query) -> gs.
     """`kernel_query(target, desc) -> (count, reason)`: the kernel registry (optimizer.registry)."""
     graph.toposort()
     fuser = _Fuser(graph, report, target, kernel_query)
-    for conv in [n for n in graph.nodes if n.op == "Conv"]:
+    for i, conv in enumerate([n for n in graph.nodes if n.op == "Conv"]):
         if conv.outputs:  # not consumed by an earlier fusion
             fuser.fuse(conv)
+        if i % 16 == 15:
+            gc.collect()  # the replaced OIHW filters are in gs's self-referencing tensors: free them as we go
     if report.fused_count():
         ensure_domain(graph, contract.DOMAIN, contract.OPSET_VERSION)
     return graph.cleanup(remove_unused_graph_inputs=False).toposort()

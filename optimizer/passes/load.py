@@ -7,9 +7,11 @@ import os
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import external_data_helper, shape_inference, version_converter
+import numpy as np
+from onnx import external_data_helper, numpy_helper, version_converter
 
 from ..errors import EpifuseError
+from ..proto import check_and_infer, read_model
 
 MIN_OPSET, MAX_OPSET = 11, 21
 CONVERT_TO_OPSET = 13
@@ -37,20 +39,41 @@ def _check_external_data(model: onnx.ModelProto, path: str) -> None:
             raise EpifuseError(f"initializer '{tensor.name}': external data file '{location}' not found", path=path)
 
 
-def load_model(path: str) -> onnx.ModelProto:
+def _check_file(path: str) -> None:
     if not os.path.exists(path):
         raise EpifuseError("no such file", path=path)
     if not os.path.isfile(path):
         raise EpifuseError("not a file", path=path)
+
+
+def load_model_split(path: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The validated model with its large initializers as placeholders, and their values as
+    arrays: read tensor by tensor, so memory holds one copy of the weights."""
+    _check_file(path)
     try:
-        model = onnx.load(path, load_external_data=False)
+        model, weights = read_model(path, lambda t: np.array(numpy_helper.to_array(t)))
     except (DecodeError, RuntimeError, ValueError) as e:
         raise EpifuseError(f"not an ONNX model (protobuf parse failed: {e})", path=path) from None
     if not model.HasField("graph") or len(model.graph.node) == 0:
         raise EpifuseError("not an ONNX model (no graph or no nodes)", path=path)
     _check_external_data(model, path)
     external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
-    return validate(model, path)
+    if (default_opset(model) or MIN_OPSET) < MIN_OPSET:  # the version converter needs real initializers
+        fill_placeholders(model, weights)
+        return validate(model, path), {}
+    return validate(model, path), weights
+
+
+def fill_placeholders(model: onnx.ModelProto, weights: dict[str, np.ndarray]) -> None:
+    for t in model.graph.initializer:
+        if t.name in weights:
+            t.CopyFrom(numpy_helper.from_array(weights.pop(t.name), t.name))
+
+
+def load_model(path: str) -> onnx.ModelProto:
+    model, weights = load_model_split(path)
+    fill_placeholders(model, weights)
+    return model
 
 
 def validate(model: onnx.ModelProto, path: str = "<model>") -> onnx.ModelProto:
@@ -67,13 +90,9 @@ def validate(model: onnx.ModelProto, path: str = "<model>") -> onnx.ModelProto:
             raise EpifuseError(f"opset {version} could not be converted to {CONVERT_TO_OPSET}: "
                                f"{str(e).splitlines()[0]}", path=path) from None
     try:
-        # first, so that graph outputs written without a shape (ORT accepts them) get one
-        model = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception:
-        pass  # the checker below names the problem
-    try:
-        onnx.checker.check_model(model)
+        # shape inference first, inside check_and_infer, so that graph outputs written without a
+        # shape (ONNX Runtime accepts them) get one before the checker asks for it
+        return check_and_infer(model)
     except onnx.checker.ValidationError as e:
         first = str(e).strip().splitlines()[0]
         raise EpifuseError(f"invalid ONNX model: {first}", path=path) from None
-    return model
