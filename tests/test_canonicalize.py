@@ -1,0 +1,85 @@
+"""canonicalize: Constant nodes become initializers, Conv auto_pad becomes explicit pads with
+the same output, a per-channel constant Add after a Conv becomes its bias."""
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from optimizer.passes.canonicalize import canonicalize
+from optimizer.report import Report
+from tests.helpers import ops, rel_l2, run_ort
+
+
+def _canon(model):
+    report = Report()
+    out = gs.export_onnx(canonicalize(gs.import_onnx(onnx.shape_inference.infer_shapes(model)), report))
+    out.ir_version = model.ir_version
+    onnx.checker.check_model(out)
+    return out, report
+
+
+def _model(nodes, x_shape, inits, opset=17):
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _same(a, b, shape):
+    feeds = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    ya, yb = run_ort(a, feeds)[0], run_ort(b, feeds)[0]
+    assert ya.shape == yb.shape and rel_l2(ya, yb) < 1e-6
+
+
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+@pytest.mark.parametrize("stride,size", [(1, 9), (2, 9), (2, 10), (3, 11)])
+def test_auto_pad_becomes_pads(mode, stride, size):
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((4, 3, 3, 4)).astype(np.float32), "w")
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=mode, strides=[stride, stride])],
+               [1, 3, size, size], [w])
+    out, report = _canon(m)
+    conv = out.graph.node[0]
+    assert "auto_pad" not in {a.name for a in conv.attribute}
+    assert report.canonicalized["auto_pad → pads"] == 1
+    _same(m, out, (1, 3, size, size))
+
+
+def test_auto_pad_with_unknown_size_and_stride_is_left_and_reported():
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])],
+               [1, 3, "h", "w"], [w])
+    out, report = _canon(m)
+    assert {a.name for a in out.graph.node[0].attribute} >= {"auto_pad"}
+    assert "input size unknown" in report.skipped[0].reason
+
+
+def test_constant_nodes_become_initializers():
+    value = numpy_helper.from_array(np.float32(6.0), "value")
+    m = _model([helper.make_node("Constant", [], ["six"], value=value),
+                helper.make_node("Min", ["x", "six"], ["y"])], [1, 4], [])
+    out, _ = _canon(m)
+    assert ops(out) == ["Min"]
+    assert [i.name for i in out.graph.initializer] == ["six"]
+
+
+def test_per_channel_add_after_conv_becomes_bias():
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.standard_normal((5, 3, 1, 1)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal((1, 5, 1, 1)).astype(np.float32), "b")
+    m = _model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "b"], ["y"])],
+               [2, 3, 4, 4], [w, b])
+    out, _ = _canon(m)
+    assert ops(out) == ["Conv"] and len(out.graph.node[0].input) == 3
+    _same(m, out, (2, 3, 4, 4))
+
+
+def test_add_of_a_full_tensor_is_not_a_bias():
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((5, 3, 1, 1)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal((1, 5, 4, 4)).astype(np.float32), "b")
+    m = _model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Add", ["c", "b"], ["y"])],
+               [2, 3, 4, 4], [w, b])
+    out, _ = _canon(m)
+    assert ops(out) == ["Conv", "Add"]

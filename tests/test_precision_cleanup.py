@@ -1,0 +1,71 @@
+"""precision: low-precision islands with Casts only where they end, graph I/O dtypes kept,
+constants converted once; cleanup: duplicate initializers merged."""
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import TensorProto, helper, numpy_helper
+
+from optimizer.passes.cleanup import merge_duplicate_initializers
+from optimizer.passes.precision import precision
+from optimizer.report import Report
+from tests.helpers import ops, rel_l2, run_ort
+
+
+def _chain(ops_in_order, opset=17):
+    nodes, x = [], "x"
+    inits = [numpy_helper.from_array(np.float32([0.5, -1.0, 2.0, 3.0]).reshape(1, 4), "k")]
+    for i, op in enumerate(ops_in_order):
+        inputs = [x, "k"] if op in ("Add", "Mul") else [x]
+        nodes.append(helper.make_node(op, inputs, [f"t{i}"], name=f"n{i}"))
+        x = f"t{i}"
+    nodes[-1].output[0] = "y"
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def _convert(model, prec, target):
+    out = gs.export_onnx(precision(gs.import_onnx(model), Report(), prec, target))
+    out.ir_version = model.ir_version
+    onnx.checker.check_model(out)
+    return out
+
+
+def test_fp16_on_gpu_targets_casts_only_at_the_edges():
+    m = _chain(["Relu", "Add", "Mul", "Sigmoid"])
+    out = _convert(m, "fp16", "ort-cuda")
+    assert ops(out) == ["Cast", "Relu", "Add", "Mul", "Sigmoid", "Cast"]
+    assert out.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert out.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert {i.data_type for i in out.graph.initializer} == {TensorProto.FLOAT16}
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)}
+    assert rel_l2(run_ort(out, feeds)[0], run_ort(m, feeds)[0]) < 2e-3
+
+
+def test_cpu_target_keeps_ops_without_fp16_kernels_in_fp32():
+    m = _chain(["Relu", "Mish", "Relu"], opset=18)  # the CPU EP has no float16 Mish
+    out = _convert(m, "fp16", "ort-cpu")
+    assert ops(out) == ["Cast", "Relu", "Cast", "Mish", "Cast", "Relu", "Cast"]
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)}
+    assert rel_l2(run_ort(out, feeds)[0], run_ort(m, feeds)[0]) < 2e-3
+
+
+def test_fp32_is_a_no_op():
+    m = _chain(["Relu", "Add"])
+    assert ops(_convert(m, "fp32", "ort-cpu")) == ["Relu", "Add"]
+
+
+def test_duplicate_initializers_are_merged():
+    a = numpy_helper.from_array(np.arange(8, dtype=np.float32), "a")
+    b = numpy_helper.from_array(np.arange(8, dtype=np.float32), "b")
+    c = numpy_helper.from_array(np.arange(8, dtype=np.int64), "c")  # same bytes? no: different dtype
+    nodes = [helper.make_node("Add", ["x", "a"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT), helper.make_node("Add", ["u", "cf"], ["y"])]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])], [a, b, c])
+    graph = gs.import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert merge_duplicate_initializers(graph) == 1
+    graph.cleanup()
+    assert sorted(t.name for t in graph.tensors().values() if isinstance(t, gs.Constant)) == ["a", "c"]
