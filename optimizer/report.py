@@ -53,7 +53,8 @@ class Report:
     def render(self, console) -> None:
         from rich.table import Table  # noqa: PLC0415 (rich is only needed for the CLI)
 
-        summary = Table(title=f"epifuse: {self.model} (target {self.target}, {self.precision})", show_header=False)
+        console.print(f"[bold]epifuse[/bold] {self.model} — target {self.target}, {self.precision}", highlight=False)
+        summary = Table(show_header=False)
         summary.add_column(style="bold")
         summary.add_column(justify="right")
         summary.add_row("nodes before → after", f"{self.nodes_before} → {self.nodes_after}")
