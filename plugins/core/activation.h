@@ -1,52 +1,86 @@
-// Activation functors of the op contract, evaluated in fp32. Kernels are templated on the
-// functor (through visit_activation) so the per-element epilogue has no dispatch.
+// Activation functors of the op contract, evaluated in fp32, on the host and in CUDA kernels.
+// CPU kernels are templated on the functor (through visit_activation) so the per-element
+// epilogue has no dispatch; CUDA epilogues use act::Runtime, whose switch is uniform per launch.
 #pragma once
 #include <algorithm>
 #include <cmath>
 
 #include "conv_problem.h"
 
+#if defined(__CUDACC__)
+#define EPIFUSE_HD __host__ __device__ __forceinline__
+#else
+#define EPIFUSE_HD inline
+#endif
+
 namespace epifuse {
 namespace act {
 
 // ln(1 + e^x) without overflow for large x or precision loss for very negative x.
-inline float softplus(float x) { return std::max(x, 0.f) + std::log1p(std::exp(-std::fabs(x))); }
-inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+EPIFUSE_HD float softplus(float x) { return std::max(x, 0.f) + std::log1p(std::exp(-std::fabs(x))); }
+EPIFUSE_HD float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 
-struct Identity { float operator()(float x) const { return x; } };
-struct Relu { float operator()(float x) const { return x > 0.f ? x : 0.f; } };
+struct Identity { EPIFUSE_HD float operator()(float x) const { return x; } };
+struct Relu { EPIFUSE_HD float operator()(float x) const { return x > 0.f ? x : 0.f; } };
 struct LeakyRelu {
   float alpha;
-  float operator()(float x) const { return x >= 0.f ? x : alpha * x; }
+  EPIFUSE_HD float operator()(float x) const { return x >= 0.f ? x : alpha * x; }
 };
 struct Clip {
   float lo, hi;
-  float operator()(float x) const { return std::min(std::max(x, lo), hi); }
+  EPIFUSE_HD float operator()(float x) const { return std::min(std::max(x, lo), hi); }
 };
-struct Sigmoid { float operator()(float x) const { return sigmoid(x); } };
-struct Tanh { float operator()(float x) const { return std::tanh(x); } };
-struct Silu { float operator()(float x) const { return x * sigmoid(x); } };
+struct Sigmoid { EPIFUSE_HD float operator()(float x) const { return sigmoid(x); } };
+struct Tanh { EPIFUSE_HD float operator()(float x) const { return std::tanh(x); } };
+struct Silu { EPIFUSE_HD float operator()(float x) const { return x * sigmoid(x); } };
 struct HardSigmoid {
   float alpha, beta;
-  float operator()(float x) const { return std::max(0.f, std::min(1.f, alpha * x + beta)); }
+  EPIFUSE_HD float operator()(float x) const { return std::max(0.f, std::min(1.f, alpha * x + beta)); }
 };
 struct HardSwish {
-  float operator()(float x) const { return x * std::max(0.f, std::min(1.f, x / 6.f + 0.5f)); }
+  EPIFUSE_HD float operator()(float x) const { return x * std::max(0.f, std::min(1.f, x / 6.f + 0.5f)); }
 };
 struct Gelu {
-  float operator()(float x) const { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
+  EPIFUSE_HD float operator()(float x) const { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
 };
 struct GeluTanh {
-  float operator()(float x) const {
+  EPIFUSE_HD float operator()(float x) const {
     return 0.5f * x * (1.f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
   }
 };
-struct Mish { float operator()(float x) const { return x * std::tanh(softplus(x)); } };
+struct Mish { EPIFUSE_HD float operator()(float x) const { return x * std::tanh(softplus(x)); } };
 struct Elu {
   float alpha;
-  float operator()(float x) const { return x > 0.f ? x : alpha * std::expm1(x); }
+  EPIFUSE_HD float operator()(float x) const { return x > 0.f ? x : alpha * std::expm1(x); }
 };
-struct Softplus { float operator()(float x) const { return softplus(x); } };
+struct Softplus { EPIFUSE_HD float operator()(float x) const { return softplus(x); } };
+
+// Any activation chosen at run time; one switch per element, the same branch in every thread.
+struct Runtime {
+  ActivationKind kind;
+  float p0, p1;
+  EPIFUSE_HD float operator()(float x) const {
+    switch (kind) {
+      case ActivationKind::kIdentity: return x;
+      case ActivationKind::kRelu: return Relu{}(x);
+      case ActivationKind::kLeakyRelu: return LeakyRelu{p0}(x);
+      case ActivationKind::kClip: return Clip{p0, p1}(x);
+      case ActivationKind::kSigmoid: return Sigmoid{}(x);
+      case ActivationKind::kTanh: return Tanh{}(x);
+      case ActivationKind::kSilu: return Silu{}(x);
+      case ActivationKind::kHardSigmoid: return HardSigmoid{p0, p1}(x);
+      case ActivationKind::kHardSwish: return HardSwish{}(x);
+      case ActivationKind::kGelu: return Gelu{}(x);
+      case ActivationKind::kGeluTanh: return GeluTanh{}(x);
+      case ActivationKind::kMish: return Mish{}(x);
+      case ActivationKind::kElu: return Elu{p0}(x);
+      case ActivationKind::kSoftplus: return Softplus{}(x);
+    }
+    return x;
+  }
+};
+
+inline Runtime runtime(const Activation& a) { return Runtime{a.kind, a.params[0], a.params[1]}; }
 
 }  // namespace act
 

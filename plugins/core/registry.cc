@@ -14,17 +14,15 @@ bool any_dtype(DType t, std::string* why) {
 // The portable CPU kernel runs every valid problem.
 bool cpu_eigen_can_implement(const ConvProblem& p, std::string* why) { return any_dtype(p.dtype, why); }
 
-// A direct convolution (one thread per output element) has no alignment or group constraints;
-// it is the fallback behind any faster CUDA kernel added later.
-bool cuda_direct_can_implement(const ConvProblem& p, std::string* why) { return any_dtype(p.dtype, why); }
-
 }  // namespace
 
 const std::vector<KernelDescriptor>& kernel_registry() {
-  static const std::vector<KernelDescriptor> registry = {
-      {"cpu_eigen", {"ort-cpu"}, cpu_eigen_can_implement},
-      {"cuda_direct", {"ort-cuda", "tensorrt"}, cuda_direct_can_implement},
-  };
+  static const std::vector<KernelDescriptor> registry = [] {
+    std::vector<KernelDescriptor> all = {{"cpu_eigen", {"ort-cpu"}, cpu_eigen_can_implement, 0, 0}};
+    for (auto family : {sm90_kernel_rules, sm80_kernel_rules, direct_kernel_rules})
+      for (KernelDescriptor& k : family()) all.push_back(k);
+    return all;
+  }();
   return registry;
 }
 
@@ -34,7 +32,7 @@ const std::vector<std::string>& known_targets() {
 }
 
 std::vector<const KernelDescriptor*> find_kernels(const std::string& target, const ConvProblem& p,
-                                                  std::string* why) {
+                                                  std::string* why, int sm) {
   std::vector<const KernelDescriptor*> found;
   const auto& targets = known_targets();
   if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
@@ -49,6 +47,7 @@ std::vector<const KernelDescriptor*> find_kernels(const std::string& target, con
   std::string reasons;
   for (const KernelDescriptor& k : kernel_registry()) {
     if (std::find(k.targets.begin(), k.targets.end(), target) == k.targets.end()) continue;
+    if (sm != 0 && (sm < k.min_sm || sm > k.max_sm)) continue;
     std::string reason;
     if (k.can_implement(p, &reason)) {
       found.push_back(&k);

@@ -13,14 +13,23 @@ struct KernelDescriptor {
   std::vector<std::string> targets;  // "ort-cpu", "ort-cuda", "tensorrt"
   // True when the kernel runs `p` (already validated); otherwise `why` says what it lacks.
   bool (*can_implement)(const ConvProblem& p, std::string* why);
+  // Compute capabilities (major*10+minor) the kernel's code runs on; 0/0 for CPU kernels.
+  int min_sm = 0, max_sm = 0;
 };
 
+// Every kernel, best first: the heuristic choice is the first that can run a problem.
 const std::vector<KernelDescriptor>& kernel_registry();
 const std::vector<std::string>& known_targets();
 
-// Kernels for `target` that can run `p`. When none, `why` says why (an invalid problem, an
-// unknown target, or each candidate's reason).
+// The CUDA kernel families' descriptors (rules in rules_*.cc, code in plugins/kernels/).
+std::vector<KernelDescriptor> sm90_kernel_rules();
+std::vector<KernelDescriptor> sm80_kernel_rules();
+std::vector<KernelDescriptor> direct_kernel_rules();
+
+// Kernels for `target` that can run `p` (on a device of compute capability `sm`, or any device
+// when sm is 0). When none, `why` says why (an invalid problem, an unknown target, or each
+// candidate's reason).
 std::vector<const KernelDescriptor*> find_kernels(const std::string& target, const ConvProblem& p,
-                                                  std::string* why);
+                                                  std::string* why, int sm = 0);
 
 }  // namespace epifuse

@@ -1,0 +1,43 @@
+// What every CUDA FusedConv kernel provides to the registry: a workspace size and a launch on
+// a stream. Whether a kernel can run a problem is decided in plugins/core (registry + rules),
+// which builds without CUDA, so the optimizer and TensorRT's tactic list agree with it.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "conv_problem.h"
+#include "status.h"
+
+namespace epifuse::cuda {
+
+// Device pointers: X [N,H,W,C], W [K,R,S,C/group], B [K], Z [N,P,Q,K] or null, Y [N,P,Q,K],
+// all in problem.dtype. No allocation, no synchronisation: everything runs on `stream`.
+struct Tensors {
+  const void* x;
+  const void* w;
+  const void* b;
+  const void* z;
+  void* y;
+};
+
+struct KernelImpl {
+  const char* name;  // the registry's kernel name
+  size_t (*workspace_size)(const ConvProblem& p);
+  Status (*launch)(const ConvProblem& p, const Tensors& t, void* workspace, size_t workspace_bytes,
+                   cudaStream_t stream);
+};
+
+// Each family lists the kernels compiled into this build (one translation unit per configuration).
+std::vector<KernelImpl> direct_kernels();
+std::vector<KernelImpl> sm80_kernels();
+std::vector<KernelImpl> sm90_kernels();
+
+// The implementation of registry kernel `name`, or null when this build does not contain it.
+const KernelImpl* find_impl(const char* name);
+
+// cudaError_t -> Status naming the kernel.
+Status check_launch(const char* kernel, cudaError_t e);
+
+}  // namespace epifuse::cuda

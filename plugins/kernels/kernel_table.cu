@@ -1,0 +1,38 @@
+// Name -> implementation for every kernel compiled into this build.
+#include <cstring>
+#include <string>
+
+#include "kernel_api.h"
+
+namespace epifuse::cuda {
+
+KernelImpl direct_kernel();
+KernelImpl depthwise_kernel();
+
+std::vector<KernelImpl> direct_kernels() { return {depthwise_kernel(), direct_kernel()}; }
+
+#ifndef EPIFUSE_HAVE_SM80_FAMILY
+std::vector<KernelImpl> sm80_kernels() { return {}; }
+#endif
+#ifndef EPIFUSE_HAVE_SM90
+std::vector<KernelImpl> sm90_kernels() { return {}; }
+#endif
+
+const KernelImpl* find_impl(const char* name) {
+  static const std::vector<KernelImpl> all = [] {
+    std::vector<KernelImpl> v;
+    for (auto family : {sm90_kernels, sm80_kernels, direct_kernels})
+      for (const KernelImpl& k : family()) v.push_back(k);
+    return v;
+  }();
+  for (const KernelImpl& k : all)
+    if (std::strcmp(k.name, name) == 0) return &k;
+  return nullptr;
+}
+
+Status check_launch(const char* kernel, cudaError_t e) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Status::Error(std::string(kernel) + ": CUDA error " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace epifuse::cuda
