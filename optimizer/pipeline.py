@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.logger import G_LOGGER
 
 from .passes.canonicalize import canonicalize
 from .passes.cleanup import cleanup
@@ -20,6 +21,7 @@ from .passes.save import check_output_path, save_model
 from .proto import SplitModel, skeleton
 from .report import Report
 
+G_LOGGER.severity = G_LOGGER.ERROR  # gs warns about optional colour output on first use
 TARGETS = ("ort-cpu", "ort-cuda", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "bf16")
 

@@ -1,0 +1,127 @@
+"""Every CUDA kernel the registry lists for a problem, on fresh random inputs, against a float64
+reference (torch on upcast inputs): outputs poisoned with NaN first and checked fully written;
+relative L2 error bounded by dtype. Runs on the GPU machine (`pytest -m gpu`)."""
+import itertools
+
+import numpy as np
+import pytest
+
+from optimizer import contract
+from optimizer.registry import ConvDesc
+
+pytestmark = pytest.mark.gpu
+
+REL_L2 = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+ONNX_DTYPE = {"float32": 1, "float16": 10, "bfloat16": 16}
+
+
+def _reference(x, w, b, z, act, params, residual, stride, pads, dil, group):
+    """float64 on the GPU: torch.conv2d on NCHW views of the NHWC tensors, explicit padding."""
+    import torch
+    import torch.nn.functional as F
+
+    xd = x.double().permute(0, 3, 1, 2)
+    xd = F.pad(xd, (pads[1], pads[3], pads[0], pads[2]))
+    wd = w.double().permute(0, 3, 1, 2)
+    v = F.conv2d(xd, wd, b.double(), stride=stride, dilation=dil, groups=group).permute(0, 2, 3, 1)
+    if residual == "pre":
+        v = v + z.double()
+    p = params or contract.ACTIVATIONS[act]
+    f = {
+        "identity": lambda t: t, "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+        "leaky_relu": lambda t: torch.where(t >= 0, t, p[0] * t), "clip": lambda t: t.clamp(p[0], p[1]),
+        "silu": lambda t: t * torch.sigmoid(t), "hardsigmoid": lambda t: (p[0] * t + p[1]).clamp(0, 1),
+        "hardswish": lambda t: t * (t / 6 + 0.5).clamp(0, 1), "gelu": lambda t: 0.5 * t * (1 + torch.erf(t / 2**0.5)),
+        "gelu_tanh": lambda t: 0.5 * t * (1 + torch.tanh((2 / np.pi) ** 0.5 * (t + 0.044715 * t**3))),
+        "mish": lambda t: t * torch.tanh(F.softplus(t)), "elu": lambda t: torch.where(t > 0, t, p[0] * torch.expm1(t)),
+        "softplus": F.softplus,
+    }[act]
+    v = f(v)
+    if residual == "post":
+        v = v + z.double()
+    return v
+
+
+def _run_all(dtype, n, h, w_, c, k, r, s, *, stride=(1, 1), pads=(0, 0, 0, 0), dil=(1, 1), group=1,
+             act="silu", params=(), residual="none", seed=0):
+    import torch
+
+    from optimizer import cuda
+
+    tdtype = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(n, h, w_, c, device="cuda", generator=g).to(tdtype)
+    wt = (torch.randn(k, r, s, c // group, device="cuda", generator=g) / (r * s * c // group) ** 0.5).to(tdtype)
+    b = torch.randn(k, device="cuda", generator=g).to(tdtype)
+    desc = ConvDesc(ONNX_DTYPE[dtype], n, h, w_, c, k, r, s, group, stride[0], stride[1], dil[0], dil[1], *pads,
+                    act, tuple(params), residual)
+    p = (h + pads[0] + pads[2] - dil[0] * (r - 1) - 1) // stride[0] + 1
+    q = (w_ + pads[1] + pads[3] - dil[1] * (s - 1) - 1) // stride[1] + 1
+    z = torch.randn(n, p, q, k, device="cuda", generator=g).to(tdtype) if residual != "none" else None
+    ref = _reference(x, wt, b, z, act, params, residual, stride, pads, dil, group)
+    names = cuda.kernels(desc)
+    assert names, "no kernel for a valid problem"
+    results = {}
+    for name in names:
+        y = torch.full((n, p, q, k), float("nan"), device="cuda", dtype=tdtype)
+        ws = torch.empty(max(cuda.workspace_size(name, desc), 1), device="cuda", dtype=torch.uint8)
+        cuda.fused_conv(desc, x.data_ptr(), wt.data_ptr(), b.data_ptr(), z.data_ptr() if z is not None else None,
+                        y.data_ptr(), kernel=name, workspace=ws.data_ptr(), workspace_bytes=ws.numel(),
+                        stream=torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        assert not torch.isnan(y).any(), f"{name}: output not fully written (or NaN)"
+        err = float((y.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+        results[name] = err
+    bad = {k_: e for k_, e in results.items() if not e <= REL_L2[dtype]}
+    assert not bad, f"relative L2 over {REL_L2[dtype]}: {bad} (all: {results})"
+    return results
+
+
+SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
+    (1, 7, 9, 16, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    (2, 15, 13, 64, 64, 3, 3, (2, 2), (1, 0, 2, 1), (1, 1), 1),
+    (3, 11, 11, 32, 48, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    (1, 20, 17, 64, 128, 1, 1, (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    (2, 12, 12, 16, 16, 3, 3, (3, 3), (2, 2, 2, 2), (2, 2), 1),
+    (1, 33, 35, 3, 32, 7, 7, (2, 2), (3, 3, 3, 3), (1, 1), 1),     # few-channel stem
+    (1, 16, 16, 4, 16, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    (2, 9, 10, 12, 20, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),     # unaligned channels
+    (2, 14, 14, 24, 36, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3),    # grouped
+    (2, 17, 19, 32, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 32),   # depthwise 3x3
+    (1, 28, 28, 48, 48, 5, 5, (2, 2), (2, 2, 2, 2), (1, 1), 48),   # depthwise 5x5 s2
+    (2, 14, 14, 96, 96, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 96),   # ConvNeXt 7x7
+    (1, 10, 10, 8, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 8),     # depthwise multiplier 2
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{s[3]}to{s[4]}_{s[5]}x{s[6]}_s{s[7][0]}_g{s[10]}" for s in SHAPES])
+def test_shapes(dtype, shape):
+    n, h, w_, c, k, r, s, stride, pads, dil, group = shape
+    _run_all(dtype, n, h, w_, c, k, r, s, stride=stride, pads=pads, dil=dil, group=group)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("act,residual", list(itertools.product(contract.ACTIVATIONS, ["none"]))
+                         + [("relu", "pre"), ("silu", "post"), ("identity", "pre"), ("hardswish", "post")])
+def test_activations_and_residuals(dtype, act, residual):
+    params = {"leaky_relu": (0.1,), "clip": (-0.5, 1.5), "hardsigmoid": (0.25, 0.4), "elu": (0.7,)}.get(act, ())
+    _run_all(dtype, 2, 12, 10, 64, 64, 3, 3, pads=(1, 1, 1, 1), act=act, params=params, residual=residual)
+    _run_all(dtype, 2, 8, 8, 64, 128, 1, 1, act=act, params=params, residual=residual, seed=1)
+
+
+@pytest.mark.parametrize("residual", ["pre", "post"])
+def test_residual_depthwise_and_fp32(residual):
+    _run_all("float32", 2, 9, 9, 16, 16, 3, 3, pads=(1, 1, 1, 1), group=16, residual=residual, act="relu")
+    _run_all("float16", 1, 9, 9, 16, 32, 3, 3, pads=(1, 1, 1, 1), residual=residual, act="mish")
+
+
+def test_a_kernel_that_cannot_run_the_problem_is_refused():
+    import torch
+
+    from optimizer import cuda
+
+    desc = ConvDesc(1, 1, 8, 8, 12, 21, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "relu", (), "none")
+    t = torch.zeros(4096, device="cuda")
+    with pytest.raises(cuda.CudaKernelError, match="cannot run|unknown kernel"):
+        cuda.fused_conv(desc, t.data_ptr(), t.data_ptr(), t.data_ptr(), None, t.data_ptr(), kernel="cuda_depthwise")
