@@ -1,0 +1,179 @@
+"""FusedConv CUDA kernels beside cuDNN and torch.compile on the anchor layers, in one run.
+
+    python bench/kernels.py [--inductor] [--layers NAME,...] [--markdown FILE] [--json FILE]
+
+Per layer (fp16, NHWC, conv + bias + SiLU, BatchNorm folded): every epifuse kernel the registry
+offers for the problem (the best one and the registry's heuristic first choice), cuDNN conv alone,
+cuDNN conv then SiLU, conv→BN→SiLU unfused, torch.compile(mode="max-autotune-no-cudagraphs")
+(--inductor: minutes of autotuning), and the roofline floor max(FLOPs / 790 TFLOP/s, bytes /
+4.3 TB/s). Each time is the median over replays of a CUDA graph holding 20 calls, divided by 20,
+so host dispatch is not in the figure. Needs torch with CUDA and libepifuse_cuda.so
+(EPIFUSE_LIB_DIR or an install built with EPIFUSE_CUDA=ON).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from optimizer import cuda  # noqa: E402
+from optimizer.registry import ConvDesc  # noqa: E402
+
+PEAK_FLOPS, PEAK_BYTES = 790e12, 4.3e12
+# name, N, H, W, C, K, R, S, stride, pad, groups  (shared/docs/anchors.md, plus YOLO/ResNet extras)
+LAYERS = [
+    ("r50.stem7x7", 32, 224, 224, 3, 64, 7, 7, 2, 3, 1),
+    ("r50.s1.3x3", 32, 56, 56, 64, 64, 3, 3, 1, 1, 1),
+    ("r50.s1.1x1up", 32, 56, 56, 64, 256, 1, 1, 1, 0, 1),
+    ("r50.s3.1x1dn", 32, 14, 14, 1024, 256, 1, 1, 1, 0, 1),
+    ("r50.s3.3x3", 32, 14, 14, 256, 256, 3, 3, 1, 1, 1),
+    ("r50.s4.1x1up", 32, 7, 7, 512, 2048, 1, 1, 1, 0, 1),
+    ("y8s.160.3x3", 8, 160, 160, 64, 64, 3, 3, 1, 1, 1),
+    ("y8s.80.3x3s2", 8, 160, 160, 128, 128, 3, 3, 2, 1, 1),
+    ("y8s.40.3x3", 8, 40, 40, 256, 256, 3, 3, 1, 1, 1),
+    ("y8s.b1.80.3x3", 1, 80, 80, 128, 128, 3, 3, 1, 1, 1),
+    ("cnx.dw7x7", 32, 56, 56, 96, 96, 7, 7, 1, 3, 96),
+    ("mbv2.dw3x3", 32, 112, 112, 96, 96, 3, 3, 2, 1, 96),
+    ("r50.b1.s2.3x3", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1),
+    ("y8s.b1.stem", 1, 640, 640, 3, 16, 3, 3, 2, 1, 1),
+]
+
+
+def graph_time(fn, reps=15, inner=20, warm=3) -> float:
+    """Median µs of one call, from replays of a CUDA graph of `inner` calls."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(inner):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / inner)
+    return sorted(times)[len(times) // 2]
+
+
+def measure(layer, inductor: bool) -> dict:
+    name, n, h, w, c, k, r, s, st, pad, g = layer
+    p, q = (h + 2 * pad - r) // st + 1, (w + 2 * pad - s) // st + 1
+    flops = 2.0 * n * p * q * k * (c // g) * r * s
+    nbytes = 2 * (n * h * w * c + k * (c // g) * r * s + n * p * q * k + k)
+    row = {"layer": name, "floor": max(flops / PEAK_FLOPS, nbytes / PEAK_BYTES) * 1e6, "groups": g, "C": c}
+    xs = [torch.randn(n, c, h, w, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
+          for _ in range(3)]
+    wt = (torch.randn(k, c // g, r, s, device="cuda", dtype=torch.half) / math.sqrt(c // g * r * s)).to(
+        memory_format=torch.channels_last)
+    b = torch.randn(k, device="cuda", dtype=torch.half)
+    mean, var = torch.randn(k, device="cuda", dtype=torch.half), torch.rand(k, device="cuda", dtype=torch.half) + .5
+    gamma, beta = torch.randn(k, device="cuda", dtype=torch.half), torch.randn(k, device="cuda", dtype=torch.half)
+    turn = [0]
+
+    def next_x():
+        turn[0] = (turn[0] + 1) % 3
+        return xs[turn[0]]
+
+    torch.backends.cudnn.benchmark = True
+    row["cudnn conv"] = graph_time(lambda: F.conv2d(next_x(), wt, b, st, pad, 1, g))
+    row["cudnn conv→silu"] = graph_time(lambda: F.silu(F.conv2d(next_x(), wt, b, st, pad, 1, g)))
+    row["conv→bn→silu"] = graph_time(lambda: F.silu(F.batch_norm(F.conv2d(next_x(), wt, None, st, pad, 1, g),
+                                                                  mean, var, gamma, beta, False, 0.0, 1e-5)))
+    if inductor:
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda x: F.silu(F.conv2d(x, wt, b, st, pad, 1, g)),
+                                 mode="max-autotune-no-cudagraphs", dynamic=False)
+        try:
+            compiled(xs[0])
+            row["inductor"] = graph_time(lambda: compiled(next_x()))
+        except Exception as e:  # report, do not stop the table
+            print(f"{name}: inductor failed: {e!r}"[:200], file=sys.stderr)
+            row["inductor"] = float("nan")
+    # ours: NHWC tensors are the channels_last storage; KRSC filter = the OIHW filter in channels_last
+    desc = ConvDesc(10, n, h, w, c, k, r, s, g, st, st, 1, 1, pad, pad, pad, pad, "silu", (), "none")
+    x_nhwc = [x.permute(0, 2, 3, 1) for x in xs]
+    w_krsc = wt.permute(0, 2, 3, 1).contiguous()
+    y = torch.empty(n, p, q, k, device="cuda", dtype=torch.half)
+    per_kernel = {}
+    for kernel in cuda.kernels(desc):
+        ws = torch.empty(max(cuda.workspace_size(kernel, desc), 1), device="cuda", dtype=torch.uint8)
+
+        def ours(kernel=kernel, ws=ws):
+            turn[0] = (turn[0] + 1) % 3
+            cuda.fused_conv(desc, x_nhwc[turn[0]].data_ptr(), w_krsc.data_ptr(), b.data_ptr(), None, y.data_ptr(),
+                            kernel=kernel, workspace=ws.data_ptr(), workspace_bytes=ws.numel(),
+                            stream=torch.cuda.current_stream().cuda_stream)
+
+        try:
+            per_kernel[kernel] = graph_time(ours)
+        except cuda.CudaKernelError as e:
+            print(f"{name}: {kernel}: {e}", file=sys.stderr)
+    ref = F.silu(F.conv2d(xs[turn[0]].float(), wt.float(), b.float(), st, pad, 1, g)).permute(0, 2, 3, 1)
+    cuda.fused_conv(desc, x_nhwc[turn[0]].data_ptr(), w_krsc.data_ptr(), b.data_ptr(), None, y.data_ptr())
+    torch.cuda.synchronize()
+    row["rel_l2 (heuristic)"] = float((y.float() - ref).norm() / ref.norm())
+    best = min(per_kernel, key=per_kernel.get)
+    row["epifuse best"], row["best kernel"] = per_kernel[best], best
+    row["epifuse heuristic"] = per_kernel[next(iter(per_kernel))]
+    row["kernels"] = per_kernel
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--inductor", action="store_true", help="also time torch.compile max-autotune (slow)")
+    ap.add_argument("--layers", help="comma-separated layer names (default: all)")
+    ap.add_argument("--markdown", help="write the table as markdown")
+    ap.add_argument("--json", help="write every figure as JSON")
+    args = ap.parse_args()
+    layers = [l for l in LAYERS if not args.layers or l[0] in args.layers.split(",")]
+    rows = []
+    for layer in layers:
+        rows.append(measure(layer, args.inductor))
+        r = rows[-1]
+        print(f"{r['layer']:14s} floor {r['floor']:7.1f}  epifuse {r['epifuse best']:7.1f} ({r['best kernel']})  "
+              f"heuristic {r['epifuse heuristic']:7.1f}  cudnn {r['cudnn conv']:7.1f}  conv→silu "
+              f"{r['cudnn conv→silu']:7.1f}  inductor {r.get('inductor', float('nan')):7.1f}", flush=True)
+    cols = ["floor", "epifuse best", "epifuse heuristic", "cudnn conv", "cudnn conv→silu", "conv→bn→silu", "inductor"]
+    lines = ["| layer | " + " | ".join(cols) + " | best kernel | vs cuDNN conv | vs best(conv→silu, inductor) | /floor |",
+             "|---" * (len(cols) + 5) + "|"]
+    speedups = []
+    for r in rows:
+        other = min(v for v in (r["cudnn conv→silu"], r.get("inductor", math.inf)) if not math.isnan(v))
+        speedups.append(other / r["epifuse best"])
+        lines.append(f"| {r['layer']} | " + " | ".join(f"{r.get(c, float('nan')):.1f}" for c in cols)
+                     + f" | {r['best kernel']} | {r['cudnn conv'] / r['epifuse best']:.2f}x | "
+                     f"{speedups[-1]:.2f}x | {r['epifuse best'] / r['floor']:.2f} |")
+    geomean = math.exp(sum(math.log(v) for v in speedups) / len(speedups))
+    lines.append(f"\ngeometric-mean speed-up over the better of cuDNN conv→SiLU and inductor: {geomean:.2f}x "
+                 f"({torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()})")
+    table = "\n".join(lines)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
