@@ -1,0 +1,170 @@
+#include "select.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "registry.h"
+
+namespace epifuse::cuda {
+namespace {
+
+struct Device {
+  int sm = 0;
+  std::string name;
+};
+
+Status current_device(Device* d) {
+  int id = 0;
+  cudaDeviceProp prop{};
+  cudaError_t e = cudaGetDevice(&id);
+  if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, id);
+  if (e != cudaSuccess) return Status::Error(std::string("no CUDA device: ") + cudaGetErrorString(e));
+  d->sm = prop.major * 10 + prop.minor;
+  d->name = prop.name;
+  return Status::Ok();
+}
+
+std::string cache_path() {
+  if (const char* p = std::getenv("EPIFUSE_TUNING_CACHE")) return p;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/epifuse/tuning.tsv";
+}
+
+bool tuning_enabled() {
+  const char* v = std::getenv("EPIFUSE_TUNE");
+  return v && std::string(v) != "0" && std::string(v) != "";
+}
+
+// The on-disk cache: one "device<TAB>problem<TAB>kernel" line per entry; later lines win.
+class TuningCache {
+ public:
+  static TuningCache& instance() {
+    static TuningCache cache;
+    return cache;
+  }
+  std::string find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    load_once();
+    const auto it = entries_.find(key);
+    return it == entries_.end() ? std::string() : it->second;
+  }
+  void store(const std::string& key, const std::string& kernel) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    load_once();
+    entries_[key] = kernel;
+    const std::filesystem::path path = cache_path();
+    std::error_code ignored;  // an unwritable cache only costs a re-tune next time
+    std::filesystem::create_directories(path.parent_path(), ignored);
+    std::ofstream(path, std::ios::app) << key << '\t' << kernel << '\n';
+  }
+
+ private:
+  void load_once() {
+    if (loaded_) return;
+    loaded_ = true;
+    std::ifstream in(cache_path());
+    std::string line;
+    while (std::getline(in, line)) {
+      const size_t tab = line.rfind('\t');
+      if (tab != std::string::npos) entries_[line.substr(0, tab)] = line.substr(tab + 1);
+    }
+  }
+  std::mutex mutex_;
+  bool loaded_ = false;
+  std::map<std::string, std::string> entries_;
+};
+
+Status candidates(const char* target, const ConvProblem& p, const Device& d, std::vector<const KernelImpl*>* out) {
+  std::string why;
+  for (const auto* k : find_kernels(target, p, &why, d.sm))
+    if (const KernelImpl* impl = find_impl(k->name)) out->push_back(impl);
+  if (out->empty()) return Status::Error(why.empty() ? "no kernel in this build runs the problem" : why);
+  return Status::Ok();
+}
+
+// Median time of `reps` launches, in ms; a kernel that fails to launch gets +inf.
+float time_kernel(const KernelImpl& k, const ConvProblem& p, const Tensors& t, void* ws, size_t ws_bytes,
+                  cudaStream_t stream) {
+  constexpr int kWarmup = 2, kReps = 7;
+  for (int i = 0; i < kWarmup; ++i)
+    if (!k.launch(p, t, ws, ws_bytes, stream).ok()) return 1e30f;
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < kReps; ++i) {
+    cudaEventRecord(a, stream);
+    const bool ok = k.launch(p, t, ws, ws_bytes, stream).ok();
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float v = 1e30f;
+    if (ok) cudaEventElapsedTime(&v, a, b);
+    ms.push_back(v);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+std::string problem_key(const ConvProblem& p) {
+  const ConvAttributes& a = p.attr;
+  std::ostringstream s;
+  s << dtype_name(p.dtype) << " N" << p.N << " H" << p.H << " W" << p.W << " C" << p.C << " K" << p.K << " R" << p.R
+    << " S" << p.S << " g" << a.group << " s" << a.stride_h << 'x' << a.stride_w << " d" << a.dil_h << 'x' << a.dil_w
+    << " p" << a.pad_top << ',' << a.pad_left << ',' << a.pad_bottom << ',' << a.pad_right << " act"
+    << static_cast<int>(a.activation.kind) << " res" << residual_name(a.residual);
+  return s.str();
+}
+
+Status max_workspace(const char* target, const ConvProblem& p, size_t* bytes) {
+  Device d;
+  EPIFUSE_RETURN_IF_ERROR(current_device(&d));
+  std::vector<const KernelImpl*> ks;
+  EPIFUSE_RETURN_IF_ERROR(candidates(target, p, d, &ks));
+  *bytes = 0;
+  for (const KernelImpl* k : ks) *bytes = std::max(*bytes, k->workspace_size(p));
+  return Status::Ok();
+}
+
+Status select_kernel(const char* target, const ConvProblem& p, const Tensors& t, void* workspace,
+                     size_t workspace_bytes, cudaStream_t stream, Selection* out) {
+  Device d;
+  EPIFUSE_RETURN_IF_ERROR(current_device(&d));
+  std::vector<const KernelImpl*> ks;
+  EPIFUSE_RETURN_IF_ERROR(candidates(target, p, d, &ks));
+  const std::string key = d.name + " sm" + std::to_string(d.sm) + '\t' + problem_key(p);
+  const std::string cached = TuningCache::instance().find(key);
+  for (const KernelImpl* k : ks)
+    if (cached == k->name) {
+      *out = {k, "cache"};
+      return Status::Ok();
+    }
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream, &capturing);
+  if (ks.size() == 1 || !tuning_enabled() || capturing != cudaStreamCaptureStatusNone) {
+    *out = {ks.front(), "heuristic"};
+    return Status::Ok();
+  }
+  const KernelImpl* best = nullptr;
+  float best_ms = 1e30f;
+  for (const KernelImpl* k : ks) {
+    if (k->workspace_size(p) > workspace_bytes) continue;
+    const float ms = time_kernel(*k, p, t, workspace, workspace_bytes, stream);
+    if (ms < best_ms) best_ms = ms, best = k;
+  }
+  if (!best) return Status::Error("tuning: no candidate kernel ran");
+  TuningCache::instance().store(key, best->name);
+  *out = {best, "tuned"};
+  return Status::Ok();
+}
+
+}  // namespace epifuse::cuda

@@ -1,0 +1,121 @@
+// Node glue shared by the CPU and CUDA kernels of the ONNX Runtime library: attribute reading,
+// node naming and the early shape check at session creation. No math here (plugins/core).
+#pragma once
+#define ORT_API_MANUAL_INIT
+#include "onnxruntime_cxx_api.h"
+#undef ORT_API_MANUAL_INIT
+#include "onnxruntime_lite_custom_op.h"
+
+#include <optional>
+#include <string>
+
+#include "conv_problem.h"
+#include "status.h"
+
+namespace epifuse::ort {
+
+using epifuse::Dims;
+using epifuse::DType;
+using epifuse::Status;
+using Ort::Custom::Tensor;
+template <class T> constexpr DType kDType = DType::kFloat;
+template <> constexpr DType kDType<Ort::Float16_t> = DType::kFloat16;
+template <> constexpr DType kDType<Ort::BFloat16_t> = DType::kBFloat16;
+
+// ORT reports a missing attribute and a mistyped one with the same error code; only the message
+// tells them apart. Missing takes the contract default; mistyped must fail, never fall back.
+template <class Get>
+auto optional_attribute(const char* name, Get get) -> std::optional<decltype(get())> {
+  try {
+    return get();
+  } catch (const Ort::Exception& e) {
+    const std::string message = e.what();
+    if (message.find("No attribute with") != std::string::npos) return std::nullopt;
+    throw Ort::Exception("attribute '" + std::string(name) + "': " + message, e.GetOrtErrorCode());
+  }
+}
+
+inline epifuse::RawAttributes read_attributes(const Ort::ConstKernelInfo& info) {
+  auto ints = [&](const char* name) {
+    return optional_attribute(name, [&] { return info.GetAttributes<int64_t>(name); });
+  };
+  auto str = [&](const char* name) {
+    return optional_attribute(name, [&] { return info.GetAttribute<std::string>(name); });
+  };
+  epifuse::RawAttributes a;
+  a.strides = ints("strides");
+  a.pads = ints("pads");
+  a.dilations = ints("dilations");
+  a.group = optional_attribute("group", [&] { return info.GetAttribute<int64_t>("group"); });
+  a.activation = str("activation");
+  a.activation_params =
+      optional_attribute("activation_params", [&] { return info.GetAttributes<float>("activation_params"); });
+  a.residual = str("residual");
+  // plugin_namespace / plugin_version are for TensorRT's parser; nothing to check here.
+  return a;
+}
+
+// Shape of input i as the graph declares it (-1 for symbolic dims), if it declares one.
+inline std::optional<Dims> declared_shape(const Ort::ConstKernelInfo& info, size_t i) {
+  try {
+    const Ort::TypeInfo type = info.GetInputTypeInfo(i);
+    if (type.GetONNXType() != ONNX_TYPE_TENSOR) return std::nullopt;
+    return type.GetTensorTypeAndShapeInfo().GetShape();
+  } catch (const Ort::Exception&) {
+    return std::nullopt;  // only an early check: Compute validates the real shapes
+  }
+}
+
+inline std::string describe_node(const Ort::ConstKernelInfo& info) {
+  std::string name = info.GetNodeName();
+  if (name.empty()) name = "(unnamed, output '" + info.GetOutputName(0) + "')";
+  return "epifuse::FusedConv node '" + name + "'";
+}
+
+// Parses and validates the node's attributes at kernel creation; a failure throws, which ORT
+// turns into a failed session creation naming the node.
+template <class T>
+struct NodeAttributes {
+  std::string node;
+  epifuse::ConvAttributes attr;
+
+  explicit NodeAttributes(const OrtKernelInfo* raw_info) {
+    const Ort::ConstKernelInfo info{raw_info};
+    node = describe_node(info);
+    Status s = Status::Ok();
+    try {
+      s = epifuse::parse_attributes(read_attributes(info), &attr);
+    } catch (const Ort::Exception& e) {
+      s = Status::Error(e.what());
+    }
+    if (s.ok()) s = check_declared_shapes(info);
+    if (!s.ok()) throw Ort::Exception(node + ": " + s.message(), ORT_INVALID_GRAPH);
+  }
+
+  // The problem of one run, from the real input shapes.
+  Status bind(const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B, const Tensor<T>* z,
+              epifuse::ConvProblem* p) const {
+    return epifuse::bind_shapes(attr, kDType<T>, X.Shape(), W.Shape(), &B.Shape(), z != nullptr,
+                                z ? &z->Shape() : nullptr, p);
+  }
+
+  Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
+    return Ort::Status((node + ": " + message).c_str(), code);
+  }
+
+ private:
+  // Catches bad groups, channel counts and output sizes at session creation when the graph
+  // declares the shapes; symbolic dims are checked at run time.
+  Status check_declared_shapes(const Ort::ConstKernelInfo& info) const {
+    const bool has_z = info.GetInputCount() > 3;
+    EPIFUSE_RETURN_IF_ERROR(epifuse::check_residual_input(attr.residual, has_z));
+    const auto x = declared_shape(info, 0), w = declared_shape(info, 1), b = declared_shape(info, 2);
+    const auto z = has_z ? declared_shape(info, 3) : std::nullopt;
+    if (!x || x->size() != 4 || !w || w->size() != 4) return Status::Ok();
+    epifuse::ConvProblem unused;
+    return epifuse::bind_shapes(attr, kDType<T>, *x, *w, b && b->size() == 1 ? &*b : nullptr, has_z,
+                                z && z->size() == 4 ? &*z : nullptr, &unused);
+  }
+};
+
+}  // namespace epifuse::ort
