@@ -96,6 +96,8 @@ def _lib() -> ctypes.CDLL:
     lib.epifuse_validate.restype = ctypes.c_int32
     lib.epifuse_kernel_count.argtypes = [ctypes.c_char_p, desc_p, *err]
     lib.epifuse_kernel_count.restype = ctypes.c_int32
+    lib.epifuse_kernel_names.argtypes = [ctypes.c_char_p, desc_p, *err]
+    lib.epifuse_kernel_names.restype = ctypes.c_int32
     lib.epifuse_output_size.argtypes = [ctypes.c_int64] * 6
     lib.epifuse_output_size.restype = ctypes.c_int64
     lib.epifuse_activation_info.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p),
@@ -117,6 +119,14 @@ def kernel_count(target: str, desc: ConvDesc) -> tuple[int, str]:
     c = desc._to_c()
     n = _lib().epifuse_kernel_count(target.encode(), ctypes.byref(c), err, _ERR_LEN)
     return n, err.value.decode() if n == 0 else ""
+
+
+def kernel_names(target: str, desc: ConvDesc) -> list[str]:
+    """Names of the kernels on `target` that can run `desc`, best first (empty when none)."""
+    buf = ctypes.create_string_buffer(1 << 16)
+    c = desc._to_c()
+    n = _lib().epifuse_kernel_names(target.encode(), ctypes.byref(c), buf, len(buf))
+    return buf.value.decode().split(",") if n > 0 else []
 
 
 def validate(desc: ConvDesc) -> None:

@@ -57,6 +57,28 @@ int32_t epifuse_kernel_count(const char* target, const epifuse_conv_desc* d, cha
   return 0;
 }
 
+int32_t epifuse_kernel_names(const char* target, const epifuse_conv_desc* d, char* buf, size_t len) {
+  std::string text;
+  int32_t count = 0;
+  try {
+    epifuse::ConvProblem p;
+    const Status s = target ? problem_from_desc(d, &p) : Status::Error("target is null");
+    if (!s.ok()) {
+      text = s.message();
+    } else {
+      for (const epifuse::KernelDescriptor* k : epifuse::find_kernels(target, p, &text)) {
+        if (count++ == 0) text.clear();
+        text += std::string(count > 1 ? "," : "") + k->name;
+      }
+    }
+  } catch (const std::exception& e) {
+    text = e.what();
+    count = 0;
+  }
+  report(text, buf, len);
+  return count;
+}
+
 int64_t epifuse_output_size(int64_t in, int64_t pad_begin, int64_t pad_end, int64_t dilation,
                             int64_t kernel, int64_t stride) {
   return epifuse::output_size(in, pad_begin, pad_end, dilation, kernel, stride);

@@ -43,6 +43,11 @@ EPIFUSE_EXPORT int32_t epifuse_validate(const epifuse_conv_desc* d, char* err, s
 EPIFUSE_EXPORT int32_t epifuse_kernel_count(const char* target, const epifuse_conv_desc* d,
                                             char* err, size_t err_len);
 
+// Names of the kernels for `target` that can run `d`, best first, comma-separated in `buf`
+// (NUL-terminated, truncated to `len`). Returns their count; 0 means none and `buf` says why.
+EPIFUSE_EXPORT int32_t epifuse_kernel_names(const char* target, const epifuse_conv_desc* d, char* buf,
+                                            size_t len);
+
 // Output spatial size by the contract's rule; returns -1 for a symbolic (-1) input size.
 EPIFUSE_EXPORT int64_t epifuse_output_size(int64_t in, int64_t pad_begin, int64_t pad_end,
                                            int64_t dilation, int64_t kernel, int64_t stride);

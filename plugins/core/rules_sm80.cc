@@ -1,8 +1,137 @@
-// Rules of the CUTLASS sm80 kernels (plugins/kernels/sm80/): filled in with those kernels.
+// Rules of the CUTLASS 2.x sm80 kernels (plugins/kernels/sm80/): implicit-GEMM fprop with
+// cp.async/ld.global + mma.sync, built for sm_80 and newer (they also run on sm_90 and later when
+// compiled for them). Each rule accepts a subset of what that configuration's
+// cutlass::conv::device::ImplicitGemmConvolution::can_implement accepts, and where a CUTLASS
+// constraint is not enough for correct int32 address arithmetic, the rule is stricter:
+//   - dtype float16 / bfloat16 (fp32 accumulation), or float through 3xTF32; group == 1;
+//   - channel alignment: C % AlignAB (the iterators' access width) and K % AlignC (the epilogue's);
+//   - kOptimized activation iterator: R <= 32 and S <= 32 (mask bits);
+//   - X, W and Y each under 2 GiB (CUTLASS uses int32 offsets), grid.y = ceil(K / tile N) <= 65535;
+//   - every size CUTLASS stores as int (H, W, pads, strides, dilations, H + pads, W + pads) < 2^31.
+// The configurations partition the problems of a 16-bit dtype: aligned channels go to the three
+// TensorOp tiles, C < 8 with K % 8 == 0 to the few-channel stem kernel, the rest to the
+// unaligned kernel. Within the aligned group the order is the heuristic's preference. fp32 has one
+// 3xTF32 kernel for C % 4 == 0 and K % 4 == 0 (fp32-level accuracy); other fp32 problems go to
+// cuda_direct.
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <utility>
+
 #include "registry.h"
 
 namespace epifuse {
+namespace {
 
-std::vector<KernelDescriptor> sm80_kernel_rules() { return {}; }
+const std::vector<std::string> kCudaTargets = {"ort-cuda", "tensorrt"};
+constexpr int kMinSm = 80, kMaxSm = 1209;
+constexpr int64_t kTwoGiB = int64_t(1) << 31;
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+enum class Kind { kAligned, kFewChannels, kUnaligned };
+
+struct Config {
+  const char* name;
+  DType dtype;
+  Kind kind;
+  int tile_n;  // threadblock N (output channels per CTA): grid.y = ceil(K / tile_n)
+  int align;   // kAligned: the channel alignment of C and K (128-bit accesses)
+};
+
+// Same order and names as plugins/kernels/sm80/*.cu (KernelImpl names).
+constexpr Config kConfigs[] = {
+    {"sm80_f16_128x128x64_3st", DType::kFloat16, Kind::kAligned, 128, 8},
+    {"sm80_bf16_128x128x64_3st", DType::kBFloat16, Kind::kAligned, 128, 8},
+    {"sm80_f16_128x64x64_4st", DType::kFloat16, Kind::kAligned, 64, 8},
+    {"sm80_bf16_128x64x64_4st", DType::kBFloat16, Kind::kAligned, 64, 8},
+    {"sm80_f16_64x64x64_4st", DType::kFloat16, Kind::kAligned, 64, 8},
+    {"sm80_bf16_64x64x64_4st", DType::kBFloat16, Kind::kAligned, 64, 8},
+    {"sm80_f32_3xtf32_128x64x16_4st", DType::kFloat, Kind::kAligned, 64, 4},
+    {"sm80_f16_fewch_128x64x32_2st", DType::kFloat16, Kind::kFewChannels, 64, 8},
+    {"sm80_bf16_fewch_128x64x32_2st", DType::kBFloat16, Kind::kFewChannels, 64, 8},
+    {"sm80_f16_unaligned_64x64x32_2st", DType::kFloat16, Kind::kUnaligned, 64, 8},
+    {"sm80_bf16_unaligned_64x64x32_2st", DType::kBFloat16, Kind::kUnaligned, 64, 8},
+};
+constexpr int kAlign = 8;  // 128-bit accesses of 16-bit elements
+
+// a*b*c*d saturated at INT64_MAX (all factors >= 0).
+int64_t product(std::initializer_list<int64_t> factors) {
+  int64_t r = 1;
+  for (int64_t f : factors) {
+    if (f != 0 && r > std::numeric_limits<int64_t>::max() / f) return std::numeric_limits<int64_t>::max();
+    r *= f;
+  }
+  return r;
+}
+
+bool aligned_ok(const ConvProblem& p) { return p.C % kAlign == 0 && p.K % kAlign == 0 && p.R <= 32 && p.S <= 32; }
+bool few_channels_ok(const ConvProblem& p) { return p.C < kAlign && p.K % kAlign == 0; }
+
+bool fail(std::string* why, std::string message) {
+  *why = std::move(message);
+  return false;
+}
+
+bool can_implement(const Config& cfg, const ConvProblem& p, std::string* why) {
+  if (p.dtype != cfg.dtype)
+    return fail(why, std::string("dtype ") + dtype_name(p.dtype) + " (this kernel is " + dtype_name(cfg.dtype) + ")");
+  if (p.attr.group != 1) return fail(why, "group " + std::to_string(p.attr.group) + " (only group 1)");
+  if (p.C < 0 || p.K < 0 || p.R < 0 || p.S < 0) return fail(why, "C, K, R and S must be known");
+
+  switch (cfg.kind) {
+    case Kind::kAligned:
+      if (p.C % cfg.align != 0 || p.K % cfg.align != 0)
+        return fail(why, "C = " + std::to_string(p.C) + ", K = " + std::to_string(p.K) + " (both must be multiples of " +
+                             std::to_string(cfg.align) + " for 128-bit accesses)");
+      if (p.R > 32 || p.S > 32)
+        return fail(why, "filter " + std::to_string(p.R) + "x" + std::to_string(p.S) +
+                             " (the optimized iterator takes R, S <= 32)");
+      break;
+    case Kind::kFewChannels:
+      if (p.C >= kAlign) return fail(why, "C = " + std::to_string(p.C) + " (few-channel kernel: C < 8)");
+      if (p.K % kAlign != 0)
+        return fail(why, "K = " + std::to_string(p.K) + " (few-channel kernel: K must be a multiple of 8)");
+      break;
+    case Kind::kUnaligned:
+      if (aligned_ok(p)) return fail(why, "channels aligned: the TensorOp tile kernels run this");
+      if (few_channels_ok(p)) return fail(why, "C < 8 and K % 8 == 0: the few-channel kernel runs this");
+      break;
+  }
+
+  // Attributes CUTLASS keeps in int (Conv2dProblemSize) and the int32 index arithmetic
+  // p*stride - pad + r*dilation, bounded by H + pad_top + pad_bottom.
+  const ConvAttributes& a = p.attr;
+  for (int64_t v : {a.stride_h, a.stride_w, a.dil_h, a.dil_w, a.pad_top, a.pad_left, a.pad_bottom, a.pad_right,
+                    p.C, p.K, p.R, p.S})
+    if (v > kInt32Max) return fail(why, "an attribute or extent does not fit int32");
+  if (p.H >= 0 && p.H + a.pad_top + a.pad_bottom > kInt32Max) return fail(why, "H + pads does not fit int32");
+  if (p.W >= 0 && p.W + a.pad_left + a.pad_right > kInt32Max) return fail(why, "W + pads does not fit int32");
+
+  // CUTLASS can_implement: each tensor under 2 GiB (int32 offsets), grid.y <= 65535.
+  const int64_t kBytes = p.dtype == DType::kFloat ? 4 : 2;
+  if (product({p.K, p.R, p.S, p.C, kBytes}) >= kTwoGiB) return fail(why, "filter tensor of 2 GiB or more");
+  if (p.N >= 0 && p.H >= 0 && p.W >= 0) {
+    if (product({p.N, p.H, p.W, p.C, kBytes}) >= kTwoGiB) return fail(why, "input tensor of 2 GiB or more");
+    if (product({p.N, p.P(), p.Q(), p.K, kBytes}) >= kTwoGiB) return fail(why, "output tensor of 2 GiB or more");
+  }
+  if ((p.K + cfg.tile_n - 1) / cfg.tile_n > 65535) return fail(why, "K too large for the grid (grid.y > 65535)");
+  return true;
+}
+
+template <int I>
+bool rule(const ConvProblem& p, std::string* why) {
+  return can_implement(kConfigs[I], p, why);
+}
+
+template <int... I>
+std::vector<KernelDescriptor> descriptors(std::integer_sequence<int, I...>) {
+  return {KernelDescriptor{kConfigs[I].name, kCudaTargets, rule<I>, kMinSm, kMaxSm}...};
+}
+
+}  // namespace
+
+std::vector<KernelDescriptor> sm80_kernel_rules() {
+  return descriptors(std::make_integer_sequence<int, int(sizeof(kConfigs) / sizeof(kConfigs[0]))>{});
+}
 
 }  // namespace epifuse

@@ -1,0 +1,119 @@
+"""Rules of the CUTLASS 2.x sm80 kernels (plugins/core/rules_sm80.cc) through the C ABI, on the
+CPU: which problems each configuration accepts. They must match the kernels' CUTLASS
+can_implement (plus the int32 limits the kernels need); the GPU tests check the numbers."""
+from __future__ import annotations
+
+import pytest
+
+from optimizer import registry
+from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
+
+ALIGNED = ["128x128x64_3st", "128x64x64_4st", "64x64x64_4st"]
+FEWCH = "fewch_128x64x32_2st"
+UNALIGNED = "unaligned_64x64x32_2st"
+DTYPES = {FLOAT16: "f16", BFLOAT16: "bf16"}
+
+
+def sm80(target: str, desc: ConvDesc) -> list[str]:
+    return [n for n in registry.kernel_names(target, desc) if n.startswith("sm80_")]
+
+
+def desc(dtype=FLOAT16, x=(8, 56, 56, 64), w=(64, 3, 3, 64), **kw) -> ConvDesc:
+    kw.setdefault("pads", (1, 1, 1, 1))
+    return ConvDesc.from_attributes(dtype, x, w, **kw)
+
+
+@pytest.mark.parametrize("target", ["ort-cuda", "tensorrt"])
+@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
+def test_aligned_takes_the_tensorop_tiles_in_order(target, dtype):
+    t = DTYPES[dtype]
+    assert sm80(target, desc(dtype)) == [f"sm80_{t}_{c}" for c in ALIGNED]
+
+
+def test_not_on_cpu_target():
+    assert sm80("ort-cpu", desc()) == []
+
+
+def test_kernel_names_lists_the_whole_registry_order():
+    names = registry.kernel_names("ort-cuda", desc())
+    assert names[-1] == "cuda_direct"
+    assert len(names) == registry.kernel_count("ort-cuda", desc())[0]
+    assert registry.kernel_names("nope", desc()) == []
+
+
+@pytest.mark.parametrize("shape", [
+    dict(x=(32, 224, 224, 3), w=(64, 7, 7, 3), strides=(2, 2), pads=(3, 3, 3, 3)),  # ResNet stem
+    dict(x=(8, 640, 640, 3), w=(16, 3, 3, 3), strides=(2, 2), pads=(1, 1, 1, 1)),  # YOLOv8 stem
+    dict(x=(1, 224, 224, 4), w=(32, 3, 3, 4), strides=(2, 2)),
+    dict(x=(1, 15, 17, 1), w=(8, 5, 5, 1), strides=(3, 3), dilations=(2, 2), pads=(0, 2, 1, 0)),
+])
+@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
+def test_few_channels_only_the_stem_kernel(shape, dtype):
+    assert sm80("ort-cuda", desc(dtype, **shape)) == [f"sm80_{DTYPES[dtype]}_{FEWCH}"]
+
+
+@pytest.mark.parametrize("x,w", [((2, 9, 11, 12), (20, 3, 3, 12)),   # C = 12, K = 20
+                                 ((2, 9, 11, 64), (20, 1, 1, 64)),   # K unaligned
+                                 ((2, 9, 11, 12), (64, 3, 3, 12)),   # C unaligned, >= 8
+                                 ((1, 7, 7, 3), (5, 3, 3, 3)),       # C < 8 but K unaligned
+                                 ((1, 40, 40, 8), (8, 33, 1, 8))])   # R > 32: not the optimized iterator
+@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
+def test_unaligned_only_the_unaligned_kernel(x, w, dtype):
+    assert sm80("ort-cuda", desc(dtype, x=x, w=w, pads=(0, 0, 0, 0))) == [f"sm80_{DTYPES[dtype]}_{UNALIGNED}"]
+
+
+def test_fp32_takes_the_3xtf32_kernel():
+    assert sm80("ort-cuda", desc(FLOAT)) == ["sm80_f32_3xtf32_128x64x16_4st"]
+    assert sm80("tensorrt", desc(FLOAT, x=(1, 9, 9, 12), w=(20, 3, 3, 12))) == ["sm80_f32_3xtf32_128x64x16_4st"]
+
+
+@pytest.mark.parametrize("x,w", [((1, 9, 9, 3), (64, 3, 3, 3)), ((1, 9, 9, 64), (10, 3, 3, 64))])
+def test_fp32_unaligned_none(x, w):
+    assert sm80("ort-cuda", desc(FLOAT, x=x, w=w)) == []
+    assert registry.kernel_count("ort-cuda", desc(FLOAT, x=x, w=w))[0] >= 1  # cuda_direct runs it
+
+
+def test_fp32_2gib_counts_4_bytes():
+    assert sm80("ort-cuda", desc(FLOAT, x=(512, 1024, 16, 64), w=(64, 1, 1, 64), pads=(0, 0, 0, 0))) == []
+    assert sm80("ort-cuda", desc(FLOAT, x=(511, 1024, 16, 64), w=(64, 1, 1, 64), pads=(0, 0, 0, 0))) != []
+
+
+@pytest.mark.parametrize("group", [2, 4, 64])
+def test_grouped_none(group):
+    assert sm80("ort-cuda", desc(group=group)) == []
+
+
+@pytest.mark.parametrize("kw", [
+    dict(strides=(3, 3)), dict(dilations=(2, 2)), dict(pads=(0, 1, 2, 3)),
+    dict(x=(1, 7, 9, 64)), dict(x=(1, 1, 1, 64), pads=(0, 0, 0, 0), w=(64, 1, 1, 64)),
+    dict(activation="mish", residual="pre"), dict(activation="clip", activation_params=(0, 6), residual="post"),
+    dict(x=(0, 8, 8, 64)),  # empty batch: nothing to launch
+])
+def test_geometry_and_epilogue_accepted(kw):
+    assert sm80("ort-cuda", desc(**kw)) == [f"sm80_f16_{c}" for c in ALIGNED]
+
+
+def test_symbolic_batch_and_spatial_sizes_accepted():
+    assert sm80("ort-cuda", desc(x=(-1, -1, -1, 64))) == [f"sm80_f16_{c}" for c in ALIGNED]
+
+
+def test_tensors_of_2gib_rejected():
+    # 2^30 fp16 elements of X (exactly 2 GiB): CUTLASS's int32 offsets reject it.
+    big = desc(x=(1024, 1024, 16, 64), w=(64, 1, 1, 64), pads=(0, 0, 0, 0))
+    assert sm80("ort-cuda", big) == []
+    just_under = desc(x=(1023, 1024, 16, 64), w=(64, 1, 1, 64), pads=(0, 0, 0, 0))
+    assert sm80("ort-cuda", just_under) == [f"sm80_f16_{c}" for c in ALIGNED]
+    out_big = desc(x=(1, 1024, 1024, 8), w=(1024, 1, 1, 8), pads=(0, 0, 0, 0))  # Y is 2 GiB
+    assert sm80("ort-cuda", out_big) == []
+
+
+def test_grid_y_limit():
+    # K / tile N > 65535 exceeds grid.y for the 64-wide tiles but not for the 128-wide one.
+    k = 64 * 65536
+    d = desc(x=(1, 1, 1, 8), w=(k, 1, 1, 8), pads=(0, 0, 0, 0))
+    assert sm80("ort-cuda", d) == ["sm80_f16_128x128x64_3st"]
+
+
+def test_int32_attributes_rejected():
+    d = desc(x=(1, 8, 8, 64), w=(64, 3, 3, 64), strides=(1 << 31, 1), pads=(0, 0, 0, 0))
+    assert sm80("ort-cuda", d) == []
