@@ -14,6 +14,7 @@ from rich.console import Console
 from .errors import EpifuseError
 from .pipeline import PRECISIONS, TARGETS, optimize_file, optimize_model
 from .report import Report
+from .tensorrt import add_build_engine_command
 
 
 def _progress(console: Console):
@@ -126,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="where to write the models (default: a new temporary folder)")
     common(p)
     p.set_defaults(func=cmd_demo)
+
+    add_build_engine_command(sub)
     return parser
 
 

@@ -1,0 +1,49 @@
+"""optimizer/tensorrt.py without TensorRT: shape options, profile rules, and the error when
+TensorRT is missing. Engine builds are in test_tensorrt_build.py (marker trt_build)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from optimizer import cli, tensorrt
+from optimizer.errors import EpifuseError
+
+
+def test_parse_shapes():
+    assert tensorrt.parse_shapes("input:1x3x224x224,mask:4") == {"input": (1, 3, 224, 224), "mask": (4,)}
+    assert tensorrt.parse_shapes("ns/x:0:2x8") == {"ns/x:0": (2, 8)}
+    assert tensorrt.parse_shapes(None) == {}
+    for bad in ("input", "input:1x", "input:ax3"):
+        with pytest.raises(EpifuseError, match="bad shape"):
+            tensorrt.parse_shapes(bad)
+
+
+INPUTS = {"x": (-1, 3, 64, 64), "fixed": (1, 4)}
+
+
+def test_profile_defaults_to_opt():
+    p = tensorrt._profile_shapes(INPUTS, {"x": (1, 3, 64, 64)}, {"x": (2, 3, 64, 64)}, {})
+    assert p == {"x": ((1, 3, 64, 64), (2, 3, 64, 64), (2, 3, 64, 64))}
+
+
+@pytest.mark.parametrize("lo, opt, hi, message", [
+    ({}, {}, {}, "input 'x' has dynamic shape (-1, 3, 64, 64): give its shapes with --min/--opt/--max x:1x3x64x64"),
+    ({"y": (1,)}, {}, {}, "--min/--opt/--max name input 'y'"),
+    ({"x": (1, 3, 32, 64)}, {}, {}, "does not fit input 'x'"),
+    ({"x": (4, 3, 64, 64)}, {"x": (2, 3, 64, 64)}, {}, "need min <= opt <= max"),
+    ({"fixed": (2, 4)}, {"x": (1, 3, 64, 64)}, {}, "input 'fixed' has the fixed shape (1, 4)"),
+])
+def test_profile_errors(lo, opt, hi, message):
+    with pytest.raises(EpifuseError) as e:
+        tensorrt._profile_shapes(INPUTS, lo, opt, hi)
+    assert message in str(e.value)
+
+
+def test_missing_tensorrt_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # None in sys.modules makes the import fail
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx_bindings", None)
+    with pytest.raises(EpifuseError, match="TensorRT's Python API is not installed"):
+        tensorrt.load_tensorrt()
+    assert cli.main(["build-engine", str(tmp_path / "m.onnx")]) == 2
+    assert "TensorRT's Python API is not installed" in capsys.readouterr().err
