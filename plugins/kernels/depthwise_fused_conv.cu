@@ -1,6 +1,21 @@
-// Depthwise conv (group == C, K = m*C): memory-bound, so the kernel is about access patterns.
-// Threads of a warp take consecutive output channels of one output pixel, so reads of X (NHWC)
-// and of the filter (K,R,S,1) and the write of Y are contiguous along the channel axis.
+// Depthwise conv (group == C, K = m*C). Little arithmetic per byte, so the kernels are about reuse
+// and access patterns. Three paths, fastest first:
+//  - depthwise_strip (m == 1, square 3x3/5x5/7x7, stride_w 1 or 2, dil_w 1; any stride_h, dil_h,
+//    pads): a thread owns VEC adjacent channels (its filter taps and bias live in registers for the
+//    whole kernel) and computes a strip of TQ output columns of one output row. Per filter row it
+//    loads the input window of the strip once ((TQ-1)*stride + S vectors along W) and every loaded
+//    vector feeds up to S outputs. A block is `groups` channel groups x `rows` strips and walks a
+//    contiguous chunk of (n, strip, p) items with p fastest, so consecutive items of a block (and its
+//    two-dimensional tile of rows) reuse input rows from L1.
+//  - depthwise_vec (m == 1, any geometry, 16-byte aligned): taps staged in shared memory as
+//    [tap][channel], each thread computes VEC channels of one output pixel.
+//  - depthwise_scalar: anything else (m > 1, unaligned), one output element per thread.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
 #include "dtype.cuh"
 #include "epilogue.cuh"
 #include "kernel_api.h"
@@ -9,32 +24,281 @@ namespace epifuse::cuda {
 namespace {
 
 struct Geometry {
-  int64_t N, H, W, C, K, R, S, P, Q, multiplier;
-  int64_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
+  int N, H, W, C, K, R, S, P, Q, multiplier;
+  int stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
 };
 
-template <class T>
-__global__ void depthwise_fused_conv(Geometry g, const T* __restrict__ x, const T* __restrict__ w,
-                                     const T* __restrict__ b, const T* __restrict__ z, T* __restrict__ y,
-                                     Epilogue epilogue) {
-  const int64_t total = g.N * g.P * g.Q * g.K;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t k = i % g.K;
-    const int64_t pixel = i / g.K;
-    const int64_t q = pixel % g.Q;
-    const int64_t p = (pixel / g.Q) % g.P;
-    const int64_t n = pixel / (g.Q * g.P);
-    const int64_t c = k / g.multiplier;
-    const int64_t h0 = p * g.stride_h - g.pad_top, w0 = q * g.stride_w - g.pad_left;
-    const T* wk = w + k * g.R * g.S;
-    float acc = 0.f;
-    for (int64_t r = 0; r < g.R; ++r) {
-      const int64_t h = h0 + r * g.dil_h;
+template <class T, int VEC>
+struct alignas(sizeof(T) * VEC) Vec {
+  T v[VEC];
+};
+
+constexpr int kThreads = 256;
+constexpr int kMaxTapsTimesChannels = 12288;  // shared-memory floats per block (48 KB)
+
+// VEC channels per thread; multiplier 1 (K == C). blockDim.x = channel groups of the slice,
+// blockDim.y = pixels; gridDim.y walks channel slices.
+template <class T, int VEC>
+__global__ void depthwise_vec(Geometry g, const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                              const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue, int slice) {
+  extern __shared__ float taps[];  // [R*S][slice]
+  const int c_base = blockIdx.y * slice;
+  const int rs = g.R * g.S;
+  const int width = min(slice, g.C - c_base);
+  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < rs * width; i += blockDim.x * blockDim.y) {
+    const int c = i % width, tap = i / width;
+    taps[tap * slice + c] = to_float(w[int64_t(c_base + c) * rs + tap]);
+  }
+  __syncthreads();
+  const int c_local = threadIdx.x * VEC;
+  if (c_local >= width) return;
+  const int c = c_base + c_local;
+  const int64_t pixels = int64_t(g.N) * g.P * g.Q;
+  for (int64_t pix = blockIdx.x * int64_t(blockDim.y) + threadIdx.y; pix < pixels; pix += int64_t(gridDim.x) * blockDim.y) {
+    const int q = int(pix % g.Q);
+    const int p = int((pix / g.Q) % g.P);
+    const int n = int(pix / (int64_t(g.Q) * g.P));
+    const int h0 = p * g.stride_h - g.pad_top, w0 = q * g.stride_w - g.pad_left;
+    float acc[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) acc[j] = 0.f;
+    for (int r = 0; r < g.R; ++r) {
+      const int h = h0 + r * g.dil_h;
       if (h < 0 || h >= g.H) continue;
-      const T* row = x + ((n * g.H + h) * g.W) * g.C + c;
-      for (int64_t s = 0; s < g.S; ++s) {
-        const int64_t wi = w0 + s * g.dil_w;
-        if (wi >= 0 && wi < g.W) acc += to_float(row[wi * g.C]) * to_float(__ldg(wk + r * g.S + s));
+      const T* row = x + (int64_t(n) * g.H + h) * g.W * g.C + c;
+      for (int s = 0; s < g.S; ++s) {
+        const int wi = w0 + s * g.dil_w;
+        if (wi < 0 || wi >= g.W) continue;
+        const Vec<T, VEC> xv = *reinterpret_cast<const Vec<T, VEC>*>(row + int64_t(wi) * g.C);
+        const float* t = taps + (r * g.S + s) * slice + c_local;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) acc[j] += to_float(xv.v[j]) * t[j];
+      }
+    }
+    const int64_t out = pix * g.K + c;
+    Vec<T, VEC> yv, zv;
+    if (z) zv = *reinterpret_cast<const Vec<T, VEC>*>(z + out);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) yv.v[j] = from_float<T>(epilogue(acc[j], to_float(b[c + j]), z ? to_float(zv.v[j]) : 0.f));
+    *reinterpret_cast<Vec<T, VEC>*>(y + out) = yv;
+  }
+}
+
+// ---- depthwise_strip ---------------------------------------------------------------------------
+
+constexpr int kStripThreads = 128;  // block size cap: registers (taps) limit the warps per SM anyway
+
+// Channels per thread and output columns per thread of the strip kernel, per filter width and
+// stride. The taps of a thread (R*S*VEC floats) stay in registers, so VEC shrinks as S grows.
+constexpr int strip_vec(int s) { return s <= 3 ? 4 : 2; }
+constexpr int strip_cols(int stride_w, int s, int elem_bytes) {
+  return stride_w == 1 && !(s == 7 && elem_bytes == 4) ? 8 : 4;  // fp32 7x7: 8 would spill
+}
+constexpr int kWinOf(int s, int stride_w, int cols) { return (cols - 1) * stride_w + s; }
+
+// Launch layout of depthwise_strip, computed on the host.
+struct StripTile {
+  int groups;     // channel groups (VEC channels each) per block: blockDim.x; gridDim.y slices of C
+  int strips;     // ceil(Q / TQ)
+  int spatial;    // N * strips * P items (n, strip, p), p fastest
+  int per_block;  // items per block (a multiple of blockDim.y); block b owns [b, b+1) * per_block
+};
+
+// An unsigned type of `bytes` bytes, for loads that may be replaced by zero bits.
+template <int bytes>
+struct RawBits;
+template <>
+struct RawBits<4> { using type = unsigned; };
+template <>
+struct RawBits<8> { using type = uint2; };
+template <>
+struct RawBits<16> { using type = uint4; };
+
+// VEC elements of a vector load as floats (pairwise conversions for the 16-bit types).
+template <class T, int VEC>
+__device__ __forceinline__ void load_floats(float (&out)[VEC], const Vec<T, VEC>& v) {
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) out[k] = to_float(v.v[k]);
+}
+template <int VEC>
+__device__ __forceinline__ void load_floats(float (&out)[VEC], const Vec<__half, VEC>& v) {
+#pragma unroll
+  for (int k = 0; k < VEC; k += 2) {
+    const float2 f = __half22float2(__halves2half2(v.v[k], v.v[k + 1]));
+    out[k] = f.x;
+    out[k + 1] = f.y;
+  }
+}
+template <int VEC>
+__device__ __forceinline__ void load_floats(float (&out)[VEC], const Vec<__nv_bfloat16, VEC>& v) {
+#pragma unroll
+  for (int k = 0; k < VEC; k += 2) {
+    const float2 f = __bfloat1622float2(__halves2bfloat162(v.v[k], v.v[k + 1]));
+    out[k] = f.x;
+    out[k + 1] = f.y;
+  }
+}
+
+// acc[j] += sum over the filter of x * taps for the TQ outputs of the strip whose input window
+// starts at (h_first, w_first). kInterior: every row and column of the window is inside the image,
+// so the loads need no predicates; otherwise each load is predicated and padding reads as 0.
+template <bool kInterior, class T, int VEC, int R, int S, int SW, int TQ>
+__device__ __forceinline__ void strip_accumulate(float (&acc)[TQ][VEC], const float (&taps)[R][S][VEC],
+                                                 const T* __restrict__ xn, const Geometry& g, int h_first,
+                                                 int w_first) {
+  using V = Vec<T, VEC>;
+  using Raw = typename RawBits<sizeof(V)>::type;
+  constexpr int kWin = kWinOf(S, SW, TQ);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int h = h_first + r * g.dil_h;
+    const bool row_ok = kInterior || unsigned(h) < unsigned(g.H);
+    // Offsets are only formed for rows inside the image, so they cannot overflow.
+    const T* px = xn + (row_ok ? (h * g.W + w_first) * g.C : 0);
+    const int col = g.C / VEC;  // vectors between adjacent columns
+    float xf[kWin][VEC];
+#pragma unroll
+    for (int i = 0; i < kWin; ++i) {
+      const bool ok = kInterior || (row_ok && unsigned(w_first + i) < unsigned(g.W));
+      Raw raw{};  // zero bits: 0.0 in every element type
+      if (ok) raw = reinterpret_cast<const Raw*>(px)[i * col];
+      V v;
+      memcpy(&v, &raw, sizeof(V));
+      load_floats(xf[i], v);
+    }
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int j = 0; j < TQ; ++j)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc[j][k] = fmaf(xf[j * SW + s][k], taps[r][s][k], acc[j][k]);
+  }
+}
+
+// `e` with its activation kind fixed at compile time (the same value it has at run time), so that
+// Epilogue's per-element switch folds away.
+template <ActivationKind kKind>
+__device__ __forceinline__ Epilogue with_kind(Epilogue e) {
+  e.activation.kind = kKind;
+  return e;
+}
+
+// y = epilogue(acc, bias, z) for the TQ outputs of a strip (those with q < Q).
+template <class T, int VEC, int TQ>
+__device__ __forceinline__ void strip_store(const float (&acc)[TQ][VEC], const float (&bias)[VEC], const Epilogue& epilogue,
+                                            const T* __restrict__ z, T* __restrict__ y, int64_t out_row, int q0,
+                                            const Geometry& g) {
+  using V = Vec<T, VEC>;
+#pragma unroll
+  for (int j = 0; j < TQ; ++j) {
+    if (q0 + j >= g.Q) break;
+    const int64_t out = out_row + (q0 + j) * g.K;
+    V zv;
+    if (z) zv = *reinterpret_cast<const V*>(z + out);
+    V yv;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      yv.v[k] = from_float<T>(epilogue(acc[j][k], bias[k], z ? to_float(zv.v[k]) : 0.f));
+    *reinterpret_cast<V*>(y + out) = yv;
+  }
+}
+
+// multiplier 1, dil_w 1, stride_w SW. blockDim = (tile.groups, rows); gridDim = (chunks, slices).
+// All int math is 32-bit except the per-image base offsets (the host checks the bounds).
+template <class T, int VEC, int R, int S, int SW, int TQ>
+__global__ void __launch_bounds__(kStripThreads)
+    depthwise_strip(Geometry g, StripTile tile, const T* __restrict__ x, const T* __restrict__ w,
+                    const T* __restrict__ b, const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue) {
+  using V = Vec<T, VEC>;
+  constexpr int kWin = kWinOf(S, SW, TQ);
+  const int c = (blockIdx.y * tile.groups + threadIdx.x) * VEC;
+  const int begin = blockIdx.x * tile.per_block;
+  const int end = min(tile.spatial, begin + tile.per_block);
+  int item = begin + threadIdx.y;
+  if (c >= g.C || item >= end) return;  // no __syncthreads below
+
+  // This thread's taps and bias, once: W is [K][R][S] (C / group == 1).
+  float taps[R][S][VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int s = 0; s < S; ++s) taps[r][s][k] = to_float(__ldg(w + ((c + k) * R + r) * S + s));
+  float bias[VEC];
+  {
+    const V bv = *reinterpret_cast<const V*>(b + c);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) bias[k] = to_float(bv.v[k]);
+  }
+
+  // item -> (n, strip, p), p fastest; advanced incrementally below.
+  int p = item % g.P;
+  int strip = (item / g.P) % tile.strips;
+  int n = item / g.P / tile.strips;
+  const int image_in = g.H * g.W * g.C;
+  for (; item < end; item += blockDim.y) {
+    const int q0 = strip * TQ;
+    const int w_first = q0 * SW - g.pad_left;
+    const int h_first = p * g.stride_h - g.pad_top;
+    const T* xn = x + (int64_t(n) * image_in + c);
+    float acc[TQ][VEC];
+#pragma unroll
+    for (int j = 0; j < TQ; ++j)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) acc[j][k] = 0.f;
+    if (w_first >= 0 && w_first + kWin <= g.W && h_first >= 0 && h_first + (R - 1) * g.dil_h < g.H)
+      strip_accumulate<true, T, VEC, R, S, SW, TQ>(acc, taps, xn, g, h_first, w_first);
+    else
+      strip_accumulate<false, T, VEC, R, S, SW, TQ>(acc, taps, xn, g, h_first, w_first);
+
+    const int64_t out_row = (int64_t(n) * g.P + p) * g.Q * g.K + c;  // Q * K < 2^31 (host)
+    // The activation switch is uniform: dispatch once per item for the common ones, so that the
+    // per-element epilogue below is straight-line code.
+    switch (epilogue.activation.kind) {
+      case ActivationKind::kIdentity: strip_store(acc, bias, with_kind<ActivationKind::kIdentity>(epilogue), z, y, out_row, q0, g); break;
+      case ActivationKind::kRelu: strip_store(acc, bias, with_kind<ActivationKind::kRelu>(epilogue), z, y, out_row, q0, g); break;
+      case ActivationKind::kClip: strip_store(acc, bias, with_kind<ActivationKind::kClip>(epilogue), z, y, out_row, q0, g); break;
+      case ActivationKind::kSilu: strip_store(acc, bias, with_kind<ActivationKind::kSilu>(epilogue), z, y, out_row, q0, g); break;
+      case ActivationKind::kHardSwish: strip_store(acc, bias, with_kind<ActivationKind::kHardSwish>(epilogue), z, y, out_row, q0, g); break;
+      case ActivationKind::kGelu: strip_store(acc, bias, with_kind<ActivationKind::kGelu>(epilogue), z, y, out_row, q0, g); break;
+      default: strip_store(acc, bias, epilogue, z, y, out_row, q0, g); break;
+    }
+
+    p += blockDim.y;
+    while (p >= g.P) {
+      p -= g.P;
+      if (++strip == tile.strips) {
+        strip = 0;
+        ++n;
+      }
+    }
+  }
+}
+
+// Any multiplier, any alignment: one output element per thread.
+template <class T>
+__global__ void depthwise_scalar(Geometry g, const T* __restrict__ x, const T* __restrict__ w,
+                                 const T* __restrict__ b, const T* __restrict__ z, T* __restrict__ y,
+                                 Epilogue epilogue) {
+  const int64_t total = int64_t(g.N) * g.P * g.Q * g.K;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int k = int(i % g.K);
+    const int64_t pixel = i / g.K;
+    const int q = int(pixel % g.Q);
+    const int p = int((pixel / g.Q) % g.P);
+    const int n = int(pixel / (int64_t(g.Q) * g.P));
+    const int c = k / g.multiplier;
+    const int h0 = p * g.stride_h - g.pad_top, w0 = q * g.stride_w - g.pad_left;
+    const T* wk = w + int64_t(k) * g.R * g.S;
+    float acc = 0.f;
+    for (int r = 0; r < g.R; ++r) {
+      const int h = h0 + r * g.dil_h;
+      if (h < 0 || h >= g.H) continue;
+      const T* row = x + (int64_t(n) * g.H + h) * g.W * g.C + c;
+      for (int s = 0; s < g.S; ++s) {
+        const int wi = w0 + s * g.dil_w;
+        if (wi >= 0 && wi < g.W) acc += to_float(row[int64_t(wi) * g.C]) * to_float(__ldg(wk + r * g.S + s));
       }
     }
     y[i] = from_float<T>(epilogue(acc, to_float(b[k]), z ? to_float(z[i]) : 0.f));
@@ -43,18 +307,110 @@ __global__ void depthwise_fused_conv(Geometry g, const T* __restrict__ x, const 
 
 size_t no_workspace(const ConvProblem&) { return 0; }
 
+template <class T, int VEC>
+bool launch_vec(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+  const int rs = g.R * g.S;
+  const int groups = (g.C + VEC - 1) / VEC;
+  const int groups_per_block = min(groups, 32);
+  const int slice = groups_per_block * VEC;
+  if (rs * slice > kMaxTapsTimesChannels) return false;
+  const int pixels_per_block = kThreads / groups_per_block;
+  const int64_t pixels = int64_t(g.N) * g.P * g.Q;
+  const dim3 block(groups_per_block, pixels_per_block);
+  const dim3 grid(unsigned(std::min<int64_t>((pixels + pixels_per_block - 1) / pixels_per_block, 1 << 20)),
+                  unsigned((g.C + slice - 1) / slice));
+  depthwise_vec<T, VEC><<<grid, block, rs * slice * sizeof(float), stream>>>(
+      g, static_cast<const T*>(t.x), static_cast<const T*>(t.w), static_cast<const T*>(t.b),
+      static_cast<const T*>(t.z), static_cast<T*>(t.y), e, slice);
+  return true;
+}
+
+bool aligned_to(const Tensors& t, size_t bytes) {
+  for (const void* ptr : {t.x, t.b, t.z, static_cast<const void*>(t.y)})
+    if (reinterpret_cast<uintptr_t>(ptr) % bytes) return false;
+  return true;
+}
+
+template <class T, int R, int S, int SW>
+bool launch_strip(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+  constexpr int kVec = strip_vec(S), kCols = strip_cols(SW, S, sizeof(T));
+  if (g.C % kVec != 0 || !aligned_to(t, kVec * sizeof(T))) return false;
+  const int64_t strips = (g.Q + kCols - 1) / kCols;
+  const int64_t spatial = int64_t(g.N) * g.P * strips;
+  // 32-bit index math in the kernel: in-image offsets (a window may start up to pad_left before a
+  // row and end past it), output offsets within an image, filter offsets, items (with headroom).
+  constexpr int64_t kMax = INT32_MAX;
+  if ((int64_t(g.H) * g.W + int64_t(g.Q) * SW + g.pad_left + kWinOf(S, SW, kCols)) * g.C > kMax ||
+      int64_t(g.P) * g.Q * g.K > kMax || int64_t(g.K) * R * S > kMax || 2 * spatial > kMax)
+    return false;
+  const int groups_total = g.C / kVec;
+  const int slices = (groups_total + kStripThreads - 1) / kStripThreads;
+  const int groups = (groups_total + slices - 1) / slices;
+  const int rows = std::max(1, kStripThreads / groups);
+  if (slices > 65535) return false;
+
+  // One wave of blocks, each owning a contiguous run of items: a thread loads its taps once.
+  const auto kernel = depthwise_strip<T, kVec, R, S, SW, kCols>;
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, groups * rows, 0) != cudaSuccess) {
+    cudaGetLastError();  // clear it; the other paths need none of these
+    return false;
+  }
+  if (per_sm < 1 || sms < 1) return false;
+  const int64_t max_chunks = (spatial + rows - 1) / rows;
+  const int64_t wave = std::max<int64_t>(1, int64_t(sms) * per_sm / slices);
+  int64_t per_block = (spatial + std::min(max_chunks, wave) - 1) / std::min(max_chunks, wave);
+  per_block = (per_block + rows - 1) / rows * rows;
+  const int64_t chunks = (spatial + per_block - 1) / per_block;
+  const StripTile tile{groups, int(strips), int(spatial), int(per_block)};
+  kernel<<<dim3(unsigned(chunks), unsigned(slices)), dim3(unsigned(groups), unsigned(rows)), 0, stream>>>(
+      g, tile, static_cast<const T*>(t.x), static_cast<const T*>(t.w), static_cast<const T*>(t.b),
+      static_cast<const T*>(t.z), static_cast<T*>(t.y), e);
+  return true;
+}
+
+// The strip kernel's configurations: square 3x3, 5x5, 7x7 filters, stride_w 1 or 2, dil_w 1.
+template <class T>
+bool launch_fast(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+  if (g.multiplier != 1 || g.dil_w != 1 || g.R != g.S) return false;
+  switch (g.S * 10 + g.stride_w) {
+    case 31: return launch_strip<T, 3, 3, 1>(g, t, e, stream);
+    case 32: return launch_strip<T, 3, 3, 2>(g, t, e, stream);
+    case 51: return launch_strip<T, 5, 5, 1>(g, t, e, stream);
+    case 52: return launch_strip<T, 5, 5, 2>(g, t, e, stream);
+    case 71: return launch_strip<T, 7, 7, 1>(g, t, e, stream);
+    case 72: return launch_strip<T, 7, 7, 2>(g, t, e, stream);
+    default: return false;
+  }
+}
+
 Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
-  const Geometry g{p.N, p.H, p.W, p.C, p.K, p.R, p.S, p.P(), p.Q(), p.K / p.C,
-                   p.attr.stride_h, p.attr.stride_w, p.attr.dil_h, p.attr.dil_w, p.attr.pad_top, p.attr.pad_left};
-  const int64_t total = g.N * g.P * g.Q * g.K;
+  const Geometry g{int(p.N), int(p.H), int(p.W), int(p.C), int(p.K), int(p.R), int(p.S), int(p.P()), int(p.Q()),
+                   int(p.K / p.C), int(p.attr.stride_h), int(p.attr.stride_w), int(p.attr.dil_h), int(p.attr.dil_w),
+                   int(p.attr.pad_top), int(p.attr.pad_left)};
+  const int64_t total = int64_t(g.N) * g.P * g.Q * g.K;
   if (total == 0) return Status::Ok();
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>((total + threads - 1) / threads, 65535LL * 32));
+  const Epilogue e = Epilogue::of(p);
+  const bool aligned = [&] {
+    const auto ptrs = {t.x, t.w, t.b, t.z, static_cast<const void*>(t.y)};
+    for (const void* ptr : ptrs)
+      if (reinterpret_cast<uintptr_t>(ptr) % 16) return false;
+    return g.multiplier == 1;
+  }();
+  bool done = false;
   visit_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    depthwise_fused_conv<T><<<blocks, threads, 0, stream>>>(g, static_cast<const T*>(t.x), static_cast<const T*>(t.w),
-                                                            static_cast<const T*>(t.b), static_cast<const T*>(t.z),
-                                                            static_cast<T*>(t.y), Epilogue::of(p));
+    constexpr int kVec = 16 / sizeof(T);
+    done = launch_fast<T>(g, t, e, stream);
+    if (!done && aligned && g.C % kVec == 0) done = launch_vec<T, kVec>(g, t, e, stream);
+    if (!done) {
+      const int blocks = int(std::min<int64_t>((total + kThreads - 1) / kThreads, 1 << 20));
+      depthwise_scalar<T><<<blocks, kThreads, 0, stream>>>(g, static_cast<const T*>(t.x), static_cast<const T*>(t.w),
+                                                           static_cast<const T*>(t.b), static_cast<const T*>(t.z),
+                                                           static_cast<T*>(t.y), e);
+    }
   });
   return check_launch("cuda_depthwise", cudaGetLastError());
 }

@@ -1,0 +1,62 @@
+"""The ONNX Runtime CUDA EP end to end: every zoo model optimized for --target ort-cuda runs its
+FusedConv nodes on the CUDAExecutionProvider (checked in ORT's profile) and matches the
+original model run by ORT's own CUDA EP. Needs onnxruntime-gpu and a CUDA build of the library
+(`pytest -m gpu` on the GPU machine)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from models import zoo
+
+pytestmark = pytest.mark.gpu
+TOL = {"fp32": 1e-5, "fp16": 1e-2}
+
+
+@pytest.fixture(scope="module")
+def ort_gpu():
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)")
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+    return ort
+
+
+def _run(ort, model_bytes, feeds, library: bool, profile_dir=None):
+    from optimizer.runtime import session_options
+
+    so = session_options() if library else ort.SessionOptions()
+    if profile_dir:
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(profile_dir, "epifuse")
+    # the reference without TF32 (ORT's CUDA EP default), which would cost it ~1e-3 in fp32
+    cuda = ("CUDAExecutionProvider", {"use_tf32": "0"})
+    sess = ort.InferenceSession(model_bytes, so, providers=[cuda, "CPUExecutionProvider"])
+    outs = sess.run(None, feeds)
+    profile = sess.end_profiling() if profile_dir else None
+    return outs, profile
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+@pytest.mark.parametrize("name", sorted(set(zoo.ZOO)))
+def test_zoo_model_on_cuda_ep(ort_gpu, name, precision, tmp_path):
+    from optimizer.passes.load import validate
+    from optimizer.pipeline import optimize_model
+    from optimizer.verify import random_inputs, rel_l2
+
+    original = validate(zoo.build(name, batch=2))
+    optimized, report = optimize_model(original, target="ort-cuda", precision=precision)
+    feeds = random_inputs(original, seed=1)
+    expected, _ = _run(ort_gpu, original.SerializeToString(), feeds, library=False)
+    actual, profile = _run(ort_gpu, optimized.SerializeToString(), feeds, library=True, profile_dir=str(tmp_path))
+    for a, e in zip(actual, expected):
+        assert a.shape == e.shape and np.isfinite(a).all()
+        assert rel_l2(a, e) <= TOL[precision], (name, precision, rel_l2(a, e))
+    events = json.load(open(profile))
+    fused = [ev for ev in events if ev.get("args", {}).get("op_name") == "FusedConv"]
+    assert fused, "no FusedConv in the profile"
+    providers = {ev["args"].get("provider") for ev in fused}
+    assert providers == {"CUDAExecutionProvider"}, providers
+    assert report.fused_count() > 0
