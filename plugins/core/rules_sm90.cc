@@ -1,8 +1,139 @@
-// Rules of the CUTLASS sm90 kernels (plugins/kernels/sm90/): filled in with those kernels.
+// Rules of the CUTLASS 3.x SM90 kernels (plugins/kernels/sm90/): exactly the problems their CUTLASS
+// can_implement (and the TMA descriptor encoding in initialize(), which CUTLASS does not check in
+// release builds) accept, in plain C++ so that the optimizer knows them without CUDA.
+//
+// Sources of each limit (CUTLASS 4.2):
+//  - conv mainloop can_implement (conv/collective/sm90_implicit_gemm_gmma_ss_warpspecialized.hpp):
+//    channel-major tensors with 16-byte rows (C % 8 for 16-bit types), padding in [0, 256] per side,
+//    TMA im2col corners in [-128, 127] for 2-D (lower = -pad_begin, upper = pad_end - (R-1)*dil),
+//    filter offsets (R-1)*dil in [0, 254], cross-correlation, groups == 1, M = N*P*Q <= INT32_MAX.
+//  - epilogue can_implement: D and C (residual) rows 16-byte aligned: K % 8.
+//  - cuTensorMapEncodeIm2col: element (traversal) strides in [1, 8]; global strides < 2^40 bytes.
+//  - ConvProblemShape holds extents in int32; the grid's y dimension counts K tiles (<= 65535).
+//  - GEMM (1x1) kernels: GemmUniversal's int problem shape (M = N*H*W, N = K, K = C), A/B rows of
+//    C elements and C/D rows of K elements 16-byte aligned (C % 8, K % 8).
+// sm_90a code runs only on sm_90 (H100/H200), so min_sm = max_sm = 90.
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+
 #include "registry.h"
 
 namespace epifuse {
+namespace {
 
-std::vector<KernelDescriptor> sm90_kernel_rules() { return {}; }
+const std::vector<std::string> kCudaTargets = {"ort-cuda", "tensorrt"};
+constexpr int kSm = 90;
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kTmaStrideLimit = int64_t(1) << 40;  // bytes
+constexpr int64_t kElementBytes = 2;                   // fp16 / bf16
+
+bool known(int64_t v) { return v >= 0; }
+
+// Product of non-negative factors, saturated at INT64_MAX.
+int64_t product(std::initializer_list<int64_t> factors) {
+  int64_t r = 1;
+  for (int64_t f : factors) {
+    if (f != 0 && r > std::numeric_limits<int64_t>::max() / f) return std::numeric_limits<int64_t>::max();
+    r *= f;
+  }
+  return r;
+}
+
+bool fail(std::string* why, std::string reason) {
+  *why = std::move(reason);
+  return false;
+}
+
+// What every SM90 kernel needs: its dtype, group 1, 16-byte aligned C and K rows, int32 extents.
+bool common_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
+  if (p.dtype != dtype)
+    return fail(why, std::string("dtype ") + dtype_name(p.dtype) + " (kernel is " + dtype_name(dtype) + ")");
+  if (p.attr.group != 1) return fail(why, "group " + std::to_string(p.attr.group) + " (needs 1)");
+  if (!known(p.C) || !known(p.K) || !known(p.R) || !known(p.S)) return fail(why, "C, K, R and S must be known");
+  if (p.C % 8 != 0)
+    return fail(why, "C = " + std::to_string(p.C) + " not a multiple of 8 (TMA needs 16-byte rows)");
+  if (p.K % 8 != 0)
+    return fail(why, "K = " + std::to_string(p.K) + " not a multiple of 8 (TMA store needs 16-byte rows)");
+  for (int64_t v : {p.N, p.H, p.W, p.C, p.K, p.R, p.S})
+    if (v > kInt32Max) return fail(why, "an extent exceeds INT32_MAX");
+  return true;
+}
+
+bool gemm1x1_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
+  if (!common_can_implement(p, dtype, why)) return false;
+  const ConvAttributes& a = p.attr;
+  if (p.R != 1 || p.S != 1) return fail(why, "not a 1x1 filter");
+  if (a.stride_h != 1 || a.stride_w != 1) return fail(why, "stride != 1");
+  if (a.pad_top || a.pad_left || a.pad_bottom || a.pad_right) return fail(why, "padding != 0");
+  if (known(p.N) && known(p.H) && known(p.W) && product({p.N, p.H, p.W}) > kInt32Max)
+    return fail(why, "N*H*W exceeds INT32_MAX (GEMM M is int)");
+  return true;
+}
+
+template <int kTileN>
+bool conv_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
+  if (!common_can_implement(p, dtype, why)) return false;
+  const ConvAttributes& a = p.attr;
+  if (a.stride_h > 8 || a.stride_w > 8) return fail(why, "stride > 8 (TMA im2col element strides are 1..8)");
+  for (int64_t pad : {a.pad_top, a.pad_left, a.pad_bottom, a.pad_right})
+    if (pad < 0 || pad > 256) return fail(why, "padding outside [0, 256] (TMA im2col)");
+  if (a.dil_h > kInt32Max || a.dil_w > kInt32Max) return fail(why, "dilation exceeds INT32_MAX");
+  if ((known(p.H) && p.H + a.pad_top + a.pad_bottom > kInt32Max) ||
+      (known(p.W) && p.W + a.pad_left + a.pad_right > kInt32Max))
+    return fail(why, "padded input extent exceeds INT32_MAX");
+  // Lower corner = -pad_begin, upper corner = pad_end - (R-1)*dil, each in [-128, 127].
+  if (a.pad_top > 128 || a.pad_left > 128) return fail(why, "top/left padding > 128 (TMA im2col lower corner)");
+  struct Axis {
+    int64_t extent, dil, pad_end;
+    const char* name;
+  };
+  for (const Axis& ax : {Axis{p.R, a.dil_h, a.pad_bottom, "R"}, Axis{p.S, a.dil_w, a.pad_right, "S"}}) {
+    const int64_t span = (ax.extent - 1) * ax.dil;
+    if (span > 254)
+      return fail(why, std::string("(") + ax.name + "-1)*dilation = " + std::to_string(span) +
+                           " > 254 (TMA im2col filter offsets)");
+    const int64_t upper = ax.pad_end - span;
+    if (upper < -128 || upper > 127)
+      return fail(why, std::string("TMA im2col upper corner (pad_end - (") + ax.name + "-1)*dilation = " +
+                           std::to_string(upper) + ") outside [-128, 127]");
+  }
+  const int64_t P = p.P(), Q = p.Q();
+  if (known(p.N) && known(P) && known(Q) && product({p.N, P, Q}) > kInt32Max)
+    return fail(why, "N*P*Q exceeds INT32_MAX");
+  if (known(p.H) && known(p.W) && known(p.C) && product({p.H, p.W, p.C, kElementBytes}) >= kTmaStrideLimit)
+    return fail(why, "H*W*C too large for a TMA stride");
+  if (known(P) && known(Q) && known(p.K) && product({P, Q, p.K, kElementBytes}) >= kTmaStrideLimit)
+    return fail(why, "P*Q*K too large for a TMA stride");
+  if (product({p.R, p.S, p.C, kElementBytes}) >= kTmaStrideLimit)
+    return fail(why, "R*S*C too large for a TMA stride");
+  if ((p.K + kTileN - 1) / kTileN > 65535) return fail(why, "K too large (grid y > 65535)");
+  return true;
+}
+
+bool f16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_implement(p, DType::kFloat16, why); }
+bool bf16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_implement(p, DType::kBFloat16, why); }
+bool f16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_implement<128>(p, DType::kFloat16, why); }
+bool bf16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_implement<128>(p, DType::kBFloat16, why); }
+bool f16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kFloat16, why); }
+bool bf16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kBFloat16, why); }
+
+}  // namespace
+
+// Best first (H200, fp16 anchors, CUDA-graph timing): the persistent 1x1 GEMMs for the problems they
+// take (cooperative beat ping-pong on every 1x1 anchor), then the implicit-GEMM convs (128x128 wins
+// where K >= 128; 128x64 c2x1 wins the K = 64 layers, and timing-based selection should pick it there).
+std::vector<KernelDescriptor> sm90_kernel_rules() {
+  return {
+      {"sm90_f16_gemm1x1_128x128_coop", kCudaTargets, f16_gemm1x1, kSm, kSm},
+      {"sm90_bf16_gemm1x1_128x128_coop", kCudaTargets, bf16_gemm1x1, kSm, kSm},
+      {"sm90_f16_gemm1x1_128x128_pingpong", kCudaTargets, f16_gemm1x1, kSm, kSm},
+      {"sm90_bf16_gemm1x1_128x128_pingpong", kCudaTargets, bf16_gemm1x1, kSm, kSm},
+      {"sm90_f16_conv_128x64x64_c2x1", kCudaTargets, f16_conv_n64, kSm, kSm},
+      {"sm90_bf16_conv_128x64x64_c2x1", kCudaTargets, bf16_conv_n64, kSm, kSm},
+      {"sm90_f16_conv_128x128x64_c1x1", kCudaTargets, f16_conv_n128, kSm, kSm},
+      {"sm90_bf16_conv_128x128x64_c1x1", kCudaTargets, bf16_conv_n128, kSm, kSm},
+  };
+}
 
 }  // namespace epifuse

@@ -1,0 +1,268 @@
+// Shared pieces of the CUTLASS 3.x SM90 kernels (TMA + WGMMA, warp-specialized): the FusedConv
+// epilogue as an EVT (epilogue visitor tree) whose activation and residual mode are chosen at run
+// time, element types, hardware info, and cutlass::Status -> epifuse::Status.
+//
+// The tree:   D = Fused(acc, bias[k], C)       Fused = epifuse::cuda::Epilogue (epilogue.cuh):
+//   none: act(acc + bias)      pre: act(acc + bias + C)      post: act(acc + bias) + C
+// C is the residual Z, loaded by TMA only when a residual exists (ResidualFetch below); the
+// activation (all 14 of the contract, with their parameters) is a runtime argument of the compute
+// node, passed the way Sm90Compute passes `Fn::Arguments` to Clamp / LeakyReLU.
+//
+// Compiled only for sm_90a (sources.cmake): a plain sm_90 build compiles the kernels to stubs.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/kernel_hardware_info.hpp"  // must precede the conv collective headers
+#include "cutlass/numeric_types.h"
+#include "cutlass/fast_math.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_load_tma_warpspecialized.hpp"
+#include "cutlass/epilogue/fusion/sm90_visitor_compute_tma_warpspecialized.hpp"
+
+#include "epilogue.cuh"
+#include "kernel_api.h"
+
+namespace epifuse::cuda::sm90 {
+
+// ------------------------------------------------------------------------------------------------
+// Element types
+template <DType D>
+struct ElementOf;
+template <>
+struct ElementOf<DType::kFloat16> {
+  using type = cutlass::half_t;
+};
+template <>
+struct ElementOf<DType::kBFloat16> {
+  using type = cutlass::bfloat16_t;
+};
+
+using ElementAcc = float;
+using ElementCompute = float;
+constexpr int kAlign16 = 8;  // 16-bit elements per 16 bytes: TMA rows and the bias vector load
+
+// ------------------------------------------------------------------------------------------------
+// The compute node's functor. Sm90Compute takes `ComputeFn<ElementCompute>::Arguments` as the
+// node's runtime arguments and calls `ComputeFn<Array<ElementCompute, N>>{}(inputs..., args)`
+// (sm90_visitor_compute_tma_warpspecialized.hpp), so both carry the same Arguments type.
+template <class T>
+struct FusedEpilogueFn {
+  using Arguments = Epilogue;
+  CUTLASS_DEVICE T operator()(T const& acc, T const& bias, T const& z, Arguments const& e) const {
+    return e(acc, bias, z);
+  }
+};
+
+// Device activations for the epilogue, with the contract's formulas (activation.h) but the
+// GPU's approximate exp / reciprocal / tanh (ex2, rcp, tanh.approx): output is 16-bit, and the accurate libm paths (IEEE
+// division, expf) made SiLU cost 2.5x the whole identity kernel on the anchor layers.
+namespace fast {
+// __fdividef(1, y) is the approximate reciprocal (0 for y > 2^126, so sigmoid(-large) = 0).
+CUTLASS_DEVICE float sigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+CUTLASS_DEVICE float softplus(float x) { return fmaxf(x, 0.f) + log1pf(__expf(-fabsf(x))); }
+struct Sigmoid {
+  CUTLASS_DEVICE float operator()(float x) const { return sigmoid(x); }
+};
+struct Tanh {
+  CUTLASS_DEVICE float operator()(float x) const { return cutlass::fast_tanh(x); }
+};
+struct Silu {
+  CUTLASS_DEVICE float operator()(float x) const { return x * sigmoid(x); }
+};
+struct HardSigmoid {
+  float alpha, beta;
+  CUTLASS_DEVICE float operator()(float x) const { return fminf(fmaxf(fmaf(alpha, x, beta), 0.f), 1.f); }
+};
+struct HardSwish {
+  CUTLASS_DEVICE float operator()(float x) const { return x * fminf(fmaxf(fmaf(x, 1.f / 6.f, 0.5f), 0.f), 1.f); }
+};
+struct Gelu {
+  CUTLASS_DEVICE float operator()(float x) const { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
+};
+struct GeluTanh {
+  CUTLASS_DEVICE float operator()(float x) const {
+    return 0.5f * x * (1.f + cutlass::fast_tanh(0.79788456080286536f * fmaf(0.044715f * x, x * x, x)));
+  }
+};
+struct Mish {
+  CUTLASS_DEVICE float operator()(float x) const { return x * cutlass::fast_tanh(softplus(x)); }
+};
+struct Elu {
+  float alpha;
+  CUTLASS_DEVICE float operator()(float x) const { return x > 0.f ? x : alpha * expm1f(x); }
+};
+struct Softplus {
+  CUTLASS_DEVICE float operator()(float x) const { return softplus(x); }
+};
+}  // namespace fast
+
+// The activation and residual switches are taken once per fragment, not per element: each
+// (activation, residual) pair gets its own straight-line loop (a per-element switch made the
+// epilogue several times slower on the H200).
+template <int N>
+struct FusedEpilogueFn<cutlass::Array<float, N>> {
+  using Arguments = Epilogue;
+  using Frag = cutlass::Array<float, N>;
+
+  template <class Act>
+  CUTLASS_DEVICE static Frag apply(Act act, Residual residual, Frag const& acc, Frag const& bias, Frag const& z) {
+    Frag out;
+    // z holds whatever the registers hold when no residual is loaded; it is never read then.
+    if (residual == Residual::kNone) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i]);
+    } else if (residual == Residual::kPre) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i] + z[i]);
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i]) + z[i];
+    }
+    return out;
+  }
+
+  CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& bias, Frag const& z, Arguments const& e) const {
+    const act::Runtime& a = e.activation;
+    const Residual r = e.residual;
+    switch (a.kind) {
+      case ActivationKind::kIdentity: return apply(act::Identity{}, r, acc, bias, z);
+      case ActivationKind::kRelu: return apply(act::Relu{}, r, acc, bias, z);
+      case ActivationKind::kLeakyRelu: return apply(act::LeakyRelu{a.p0}, r, acc, bias, z);
+      case ActivationKind::kClip: return apply(act::Clip{a.p0, a.p1}, r, acc, bias, z);
+      case ActivationKind::kSigmoid: return apply(fast::Sigmoid{}, r, acc, bias, z);
+      case ActivationKind::kTanh: return apply(fast::Tanh{}, r, acc, bias, z);
+      case ActivationKind::kSilu: return apply(fast::Silu{}, r, acc, bias, z);
+      case ActivationKind::kHardSigmoid: return apply(fast::HardSigmoid{a.p0, a.p1}, r, acc, bias, z);
+      case ActivationKind::kHardSwish: return apply(fast::HardSwish{}, r, acc, bias, z);
+      case ActivationKind::kGelu: return apply(fast::Gelu{}, r, acc, bias, z);
+      case ActivationKind::kGeluTanh: return apply(fast::GeluTanh{}, r, acc, bias, z);
+      case ActivationKind::kMish: return apply(fast::Mish{}, r, acc, bias, z);
+      case ActivationKind::kElu: return apply(fast::Elu{a.p0}, r, acc, bias, z);
+      case ActivationKind::kSoftplus: return apply(fast::Softplus{}, r, acc, bias, z);
+    }
+    return apply(act::Identity{}, r, acc, bias, z);
+  }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Source (C = residual) fetch whose TMA load is switched at run time. Sm90SrcFetch always asks
+// for C when its element type is not void; this node asks only when `enabled`, so a problem
+// without a residual never reads C (the C descriptor then points at D and is never used).
+template <class Element>
+struct ResidualFetch : cutlass::epilogue::fusion::Sm90SrcFetch<Element> {
+  using Base = cutlass::epilogue::fusion::Sm90SrcFetch<Element>;
+  struct SharedStorage {};
+  struct Arguments {
+    bool enabled = false;
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  CUTLASS_HOST_DEVICE ResidualFetch() : params() {}
+  CUTLASS_HOST_DEVICE ResidualFetch(Params const& p, SharedStorage const&) : params(p) {}
+
+  Params const params;
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return params.enabled; }
+  CUTLASS_DEVICE bool is_C_load_needed() const { return params.enabled; }
+  CUTLASS_DEVICE bool is_zero() const { return !params.enabled; }
+};
+
+// The FusedConv EVT for a CTA tile; per-output-channel bias = GEMM column (N) broadcast.
+template <class CtaTile, class ElementOut>
+using FusedEvt = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<FusedEpilogueFn, ElementOut, ElementCompute,
+                                           cutlass::FloatRoundStyle::round_to_nearest>,
+    cutlass::epilogue::fusion::Sm90AccFetch,
+    cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTile, ElementOut, ElementCompute,
+                                                cute::Stride<cute::_0, cute::_1, int64_t>, kAlign16>,
+    ResidualFetch<ElementOut>>;
+
+// Runtime arguments of FusedEvt (children in order, then the node's own).
+template <class Evt, class ElementOut>
+typename Evt::Arguments fused_evt_arguments(const ConvProblem& p, const Tensors& t) {
+  return typename Evt::Arguments{
+      {},                                                               // acc
+      {static_cast<ElementOut const*>(t.b), ElementOut(0), {}},         // bias[k]
+      {p.attr.residual != Residual::kNone && t.z != nullptr},           // residual load
+      Epilogue::of(p)};                                                 // act + residual mode
+}
+
+// ------------------------------------------------------------------------------------------------
+// SM count of the current device, cached per device.
+inline cutlass::KernelHardwareInfo hardware_info() {
+  static std::atomic<int> sm_count[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) device = 0;
+  cutlass::KernelHardwareInfo hw;
+  hw.device_id = device;
+  int n = (device >= 0 && device < 64) ? sm_count[device].load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    n = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+    if (device >= 0 && device < 64) sm_count[device].store(n, std::memory_order_relaxed);
+  }
+  hw.sm_count = n;
+  return hw;
+}
+
+inline bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+// TMA needs 16-byte aligned base addresses; the rules cannot see pointers, so check here.
+inline Status check_pointers(const char* kernel, const ConvProblem& p, const Tensors& t) {
+  if (!aligned16(t.x) || !aligned16(t.w) || !aligned16(t.b) || !aligned16(t.y) ||
+      (p.attr.residual != Residual::kNone && !aligned16(t.z)))
+    return Status::Error(std::string(kernel) + ": X, W, B, Z and Y must be 16-byte aligned (TMA)");
+  if (p.attr.residual != Residual::kNone && t.z == nullptr)
+    return Status::Error(std::string(kernel) + ": residual '" + residual_name(p.attr.residual) + "' without Z");
+  return Status::Ok();
+}
+
+inline Status check_cutlass(const char* kernel, const char* step, cutlass::Status s) {
+  if (s == cutlass::Status::kSuccess) return Status::Ok();
+  return Status::Error(std::string(kernel) + ": CUTLASS " + step + ": " + cutlass::cutlassGetStatusString(s));
+}
+
+// can_implement -> workspace check -> initialize (host: TMA descriptors) -> run on `stream`.
+template <class Op>
+Status run_op(const char* kernel, typename Op::Arguments const& args, void* workspace, size_t workspace_bytes,
+              cudaStream_t stream) {
+  EPIFUSE_RETURN_IF_ERROR(check_cutlass(kernel, "can_implement", Op::can_implement(args)));
+  const size_t need = Op::get_workspace_size(args);
+  if (need > workspace_bytes)
+    return Status::Error(std::string(kernel) + ": workspace of " + std::to_string(workspace_bytes) +
+                         " bytes, needs " + std::to_string(need));
+  Op op;
+  EPIFUSE_RETURN_IF_ERROR(check_cutlass(kernel, "initialize", op.initialize(args, workspace, stream)));
+  EPIFUSE_RETURN_IF_ERROR(check_cutlass(kernel, "run", op.run(stream)));
+  return check_launch(kernel, cudaGetLastError());
+}
+
+// Per-SM shared memory of sm_90 (228 KiB) shared by two CTAs, less 1 KiB the hardware reserves
+// per CTA: the budget of a configuration that must fit twice per SM.
+constexpr int kTwoCtaSmemBytes = 233472 / 2 - 1024;
+
+}  // namespace epifuse::cuda::sm90

@@ -1,0 +1,103 @@
+// 1x1, stride-1, pad-0, group-1 convs as a plain GEMM with CUTLASS 3.x SM90 GemmUniversal (TMA +
+// WGMMA, persistent warp-specialized cooperative or ping-pong kernels) and the same runtime FusedConv
+// EVT epilogue (sm90_common.cuh):
+//   Y[N*H*W, K] = X[N*H*W, C] x W[K, C]^T     (NHWC X is a row-major [M, C] matrix; the KRSC filter
+//   of a 1x1 conv is a row-major [K, C] matrix = a column-major [C, K] B operand; Y, Z row-major [M, K]).
+// Dilation does not matter when R = S = 1. One instantiation per .cu file (SM90_GEMM_KERNEL).
+#pragma once
+#include "sm90_common.cuh"
+
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/util/packed_stride.hpp"
+
+namespace epifuse::cuda::sm90 {
+
+struct Cooperative {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+};
+struct Pingpong {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+};
+
+template <DType kDType, class Tile, class Cluster, class Schedule>
+struct GemmConfig {
+  using Element = typename ElementOf<kDType>::type;
+  using LayoutA = cutlass::layout::RowMajor;     // X [M, C]
+  using LayoutB = cutlass::layout::ColumnMajor;  // W [K, C] row-major == B [C, K] column-major
+  using LayoutC = cutlass::layout::RowMajor;     // Y, Z [M, K]
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
+      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute,
+      Element, LayoutC, kAlign16, Element, LayoutC, kAlign16,
+      typename Schedule::Epilogue, FusedEvt<Tile, Element>>::CollectiveOp;
+
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      Element, LayoutA, kAlign16, Element, LayoutB, kAlign16, ElementAcc, Tile, Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      typename Schedule::Mainloop>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Op = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Op::Arguments arguments(const ConvProblem& p, const Tensors& t) {
+    const int M = static_cast<int>(p.N * p.H * p.W), N = static_cast<int>(p.K), K = static_cast<int>(p.C);
+    auto dA = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, cute::make_shape(M, K, 1));
+    auto dB = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(N, K, 1));
+    auto dC = cutlass::make_cute_packed_stride(typename Kernel::StrideC{}, cute::make_shape(M, N, 1));
+    auto dD = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(M, N, 1));
+    auto* y = static_cast<Element*>(t.y);
+    // Without a residual C is never loaded (ResidualFetch); its TMA descriptor gets D's address.
+    const bool residual = p.attr.residual != Residual::kNone && t.z != nullptr;
+    auto const* c = residual ? static_cast<Element const*>(t.z) : y;
+    using Evt = typename Epilogue::FusionCallbacks;
+    return typename Op::Arguments{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {M, N, K, 1},
+        {static_cast<Element const*>(t.x), dA, static_cast<Element const*>(t.w), dB},
+        {fused_evt_arguments<Evt, Element>(p, t), c, dC, y, dD},
+        hardware_info()};
+  }
+
+  static size_t workspace_size(const ConvProblem& p) {
+    typename Op::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                {static_cast<int>(p.N * p.H * p.W), static_cast<int>(p.K), static_cast<int>(p.C), 1},
+                                {},
+                                {},
+                                hardware_info()};
+    return Op::get_workspace_size(args);
+  }
+
+  static Status launch(const char* name, const ConvProblem& p, const Tensors& t, void* workspace,
+                       size_t workspace_bytes, cudaStream_t stream) {
+    if (p.dtype != kDType) return Status::Error(std::string(name) + ": wrong dtype " + dtype_name(p.dtype));
+    const auto& a = p.attr;
+    if (p.R != 1 || p.S != 1 || a.stride_h != 1 || a.stride_w != 1 || a.pad_top || a.pad_left || a.pad_bottom ||
+        a.pad_right || a.group != 1)
+      return Status::Error(std::string(name) + ": not a 1x1, stride-1, unpadded, group-1 conv");
+    EPIFUSE_RETURN_IF_ERROR(check_pointers(name, p, t));
+    return run_op<Op>(name, arguments(p, t), workspace, workspace_bytes, stream);
+  }
+};
+
+}  // namespace epifuse::cuda::sm90
+
+// Defines `KernelImpl FN()` for registry kernel NAME = GemmConfig<...>.
+#define SM90_GEMM_KERNEL(FN, NAME, ...)                                                                  \
+  namespace epifuse::cuda {                                                                              \
+  namespace {                                                                                            \
+  using FN##_cfg = sm90::GemmConfig<__VA_ARGS__>;                                                        \
+  size_t FN##_ws(const ConvProblem& p) { return FN##_cfg::workspace_size(p); }                          \
+  Status FN##_launch(const ConvProblem& p, const Tensors& t, void* ws, size_t ws_bytes, cudaStream_t s) { \
+    return FN##_cfg::launch(NAME, p, t, ws, ws_bytes, s);                                                \
+  }                                                                                                      \
+  }                                                                                                      \
+  KernelImpl FN() { return {NAME, FN##_ws, FN##_launch}; }                                               \
+  }

@@ -1,0 +1,198 @@
+"""Rules of the CUTLASS 3.x SM90 kernels (plugins/core/rules_sm90.cc) through libepifuse_core.so's
+C ABI, on the CPU: which problems each SM90 configuration accepts, and the order (best first).
+
+With ``registry.kernel_names`` (epifuse_kernel_names) the SM90 names a problem gets are compared
+with the expected list; without it, the tests compare kernel counts of problem pairs that differ
+only in one SM90 limit (stride, padding, TMA im2col corners, filter span, 1x1 shape, alignment),
+which no other kernel family looks at.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from optimizer import registry
+from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
+
+CUDA_TARGETS = ("ort-cuda", "tensorrt")
+GEMM = ("gemm1x1_128x128_coop", "gemm1x1_128x128_pingpong")
+CONV = (("conv_128x64x64_c2x1", 64), ("conv_128x128x64_c1x1", 128))
+DT = {FLOAT16: "f16", BFLOAT16: "bf16"}
+INT32_MAX = 2**31 - 1
+
+
+def _names_available() -> bool:
+    try:
+        registry.kernel_names("ort-cuda", ConvDesc(FLOAT16, 1, 8, 8, 8, 8, 1, 1))
+        return True
+    except (AttributeError, TypeError):
+        return False
+
+
+HAVE_NAMES = hasattr(registry, "kernel_names") and _names_available()
+
+
+def _out(size, pb, pe, dil, k, stride):
+    return (size + pb + pe - dil * (k - 1) - 1) // stride + 1
+
+
+def expected(d: ConvDesc) -> list[str]:
+    """The SM90 kernels that must accept `d`, best first (a mirror of rules_sm90.cc)."""
+    if d.dtype not in DT or d.group != 1 or min(d.C, d.K, d.R, d.S) < 0 or d.C % 8 or d.K % 8:
+        return []
+    if max(d.N, d.H, d.W, d.C, d.K, d.R, d.S) > INT32_MAX:
+        return []
+    dt = DT[d.dtype]
+    names = []
+    pads = (d.pad_top, d.pad_left, d.pad_bottom, d.pad_right)
+    known_nhw = min(d.N, d.H, d.W) >= 0
+    if (d.R, d.S, d.stride_h, d.stride_w, pads) == (1, 1, 1, 1, (0, 0, 0, 0)) and \
+            not (known_nhw and d.N * d.H * d.W > INT32_MAX):
+        names += [f"sm90_{dt}_{g}" for g in GEMM]
+    ok = max(d.stride_h, d.stride_w) <= 8 and all(0 <= p <= 256 for p in pads)
+    ok &= d.pad_top <= 128 and d.pad_left <= 128
+    for extent, dil, pad_end in ((d.R, d.dil_h, d.pad_bottom), (d.S, d.dil_w, d.pad_right)):
+        span = (extent - 1) * dil
+        ok &= span <= 254 and -128 <= pad_end - span <= 127
+    if known_nhw:
+        p = _out(d.H, d.pad_top, d.pad_bottom, d.dil_h, d.R, d.stride_h)
+        q = _out(d.W, d.pad_left, d.pad_right, d.dil_w, d.S, d.stride_w)
+        ok &= d.N * p * q <= INT32_MAX and d.H * d.W * d.C * 2 < 2**40 and p * q * d.K * 2 < 2**40
+    for conv, tile_n in CONV:
+        if ok and -(-d.K // tile_n) <= 65535:
+            names.append(f"sm90_{dt}_{conv}")
+    return names
+
+
+def sm90_names(target: str, d: ConvDesc) -> list[str]:
+    return [n for n in registry.kernel_names(target, d) if n.startswith("sm90_")]
+
+
+def f16(shape, r=3, s=None, **kw) -> ConvDesc:
+    n, h, w, c, k = shape
+    return ConvDesc(FLOAT16, n, h, w, c, k, r, r if s is None else s, **kw)
+
+
+# The anchor layers (shared/docs/anchors.md) and the cases the GPU tests run.
+ANCHORS = {
+    "r50.s1.3x3": f16((32, 56, 56, 64, 64), pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
+    "r50.s1.1x1up": f16((32, 56, 56, 64, 256), r=1),
+    "r50.s3.1x1dn": f16((32, 14, 14, 1024, 256), r=1),
+    "r50.s4.1x1up": f16((32, 7, 7, 512, 2048), r=1),
+    "y8s.80.3x3s2": f16((8, 160, 160, 128, 128), stride_h=2, stride_w=2, pad_top=1, pad_left=1, pad_bottom=1,
+                        pad_right=1),
+    "y8s.b1.80.3x3": f16((1, 80, 80, 128, 128), pad_top=1, pad_left=1, pad_bottom=1, pad_right=1),
+    "asym_pads_dil2_odd": f16((1, 13, 11, 24, 40), pad_top=0, pad_left=2, pad_bottom=3, pad_right=1, dil_h=2,
+                              dil_w=2),
+    "stride2_1x1_downsample": f16((4, 28, 28, 256, 512), r=1, stride_h=2, stride_w=2),
+    "symbolic_batch_1x1": f16((-1, -1, -1, 64, 64), r=1, activation="silu", residual="post"),
+    "stride8": f16((2, 64, 64, 16, 16), stride_h=8, stride_w=8),
+    "pad128": f16((1, 8, 8, 8, 8), pad_top=128, pad_left=128, pad_bottom=0, pad_right=0),
+    "big_dilation": f16((1, 300, 300, 8, 8), dil_h=127, dil_w=1),  # (R-1)*dil = 254
+    "stem_c3": f16((32, 224, 224, 3, 64), r=7, stride_h=2, stride_w=2, pad_top=3, pad_left=3, pad_bottom=3,
+                   pad_right=3),
+    "depthwise": f16((1, 8, 8, 32, 32), group=32),
+}
+
+
+def test_expected_lists_are_what_the_brief_says():
+    assert expected(ANCHORS["r50.s1.1x1up"]) == [
+        "sm90_f16_gemm1x1_128x128_coop", "sm90_f16_gemm1x1_128x128_pingpong",
+        "sm90_f16_conv_128x64x64_c2x1", "sm90_f16_conv_128x128x64_c1x1"]
+    assert expected(ANCHORS["r50.s1.3x3"]) == ["sm90_f16_conv_128x64x64_c2x1", "sm90_f16_conv_128x128x64_c1x1"]
+    assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=BFLOAT16)) == [
+        "sm90_bf16_conv_128x64x64_c2x1", "sm90_bf16_conv_128x128x64_c1x1"]
+    assert expected(ANCHORS["stride2_1x1_downsample"]) == [
+        "sm90_f16_conv_128x64x64_c2x1", "sm90_f16_conv_128x128x64_c1x1"]
+    for name in ("stem_c3", "depthwise"):
+        assert expected(ANCHORS[name]) == []
+    assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=FLOAT)) == []
+
+
+@pytest.mark.skipif(not HAVE_NAMES, reason="registry.kernel_names / epifuse_kernel_names not in this build")
+@pytest.mark.parametrize("target", CUDA_TARGETS)
+@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16, FLOAT])
+@pytest.mark.parametrize("case", sorted(ANCHORS))
+def test_names(case, dtype, target):
+    d = dataclasses.replace(ANCHORS[case], dtype=dtype)
+    assert sm90_names(target, d) == expected(d)
+
+
+@pytest.mark.skipif(not HAVE_NAMES, reason="registry.kernel_names / epifuse_kernel_names not in this build")
+def test_sm90_first_and_gemm_first():
+    d = ANCHORS["r50.s1.1x1up"]
+    names = registry.kernel_names("ort-cuda", d)
+    assert names[:4] == expected(d)
+    assert not [n for n in registry.kernel_names("ort-cpu", d) if n.startswith("sm90_")]
+
+
+# --- limits, as pairs (accepted, rejected) that differ only in one SM90 limit ------------------
+
+BASE = f16((2, 20, 20, 16, 16), pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
+BASE_1X1 = f16((2, 20, 20, 16, 16), r=1)
+PAIRS = {
+    # TMA im2col element strides are 1..8
+    "stride_h_8_vs_9": (dict(stride_h=8), dict(stride_h=9)),
+    "stride_w_8_vs_9": (dict(stride_w=8), dict(stride_w=9)),
+    # lower corner -pad_begin >= -128
+    "pad_top_128_vs_129": (dict(pad_top=128), dict(pad_top=129)),
+    "pad_left_128_vs_129": (dict(pad_left=128), dict(pad_left=129)),
+    # upper corner pad_end - (R-1)*dil <= 127
+    "pad_bottom_129_vs_130": (dict(pad_bottom=129), dict(pad_bottom=130)),
+    "pad_right_129_vs_130": (dict(pad_right=129), dict(pad_right=130)),
+    # filter offsets (R-1)*dil <= 254; upper corner >= -128
+    "dil_h_127_vs_128": (dict(H=300, dil_h=127, pad_bottom=127), dict(H=300, dil_h=128, pad_bottom=128)),
+    "upper_corner_-128_vs_-129": (dict(H=300, R=130, pad_bottom=1), dict(H=300, R=131, pad_bottom=1)),
+    "span_254_vs_256_w": (dict(W=300, S=128, dil_w=2, pad_right=127), dict(W=300, S=129, dil_w=2, pad_right=128)),
+}
+PAIRS_1X1 = {
+    "gemm_stride": (dict(), dict(stride_w=2)),
+    "gemm_pad": (dict(), dict(pad_bottom=1)),
+    "gemm_filter_1x1_vs_1x3": (dict(W=22), dict(S=3)),
+    "gemm_dilation_is_irrelevant": (dict(dil_h=3), dict(dil_h=3, stride_h=2)),
+}
+
+
+def _pair(base, ok, bad):
+    return dataclasses.replace(base, **ok), dataclasses.replace(base, **bad)
+
+
+@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
+@pytest.mark.parametrize("case", sorted(PAIRS) + sorted(PAIRS_1X1))
+def test_limit_pairs(case, dtype):
+    base, (ok, bad) = (BASE, PAIRS[case]) if case in PAIRS else (BASE_1X1, PAIRS_1X1[case])
+    a, b = _pair(dataclasses.replace(base, dtype=dtype), ok, bad)
+    registry.validate(a)
+    registry.validate(b)
+    assert len(expected(a)) > len(expected(b))
+    for target in CUDA_TARGETS:
+        if HAVE_NAMES:
+            assert sm90_names(target, a) == expected(a)
+            assert sm90_names(target, b) == expected(b)
+        else:
+            na, nb = registry.kernel_count(target, a)[0], registry.kernel_count(target, b)[0]
+            assert na - nb == len(expected(a)) - len(expected(b)), (na, nb)
+
+
+@pytest.mark.parametrize("change", [dict(C=12), dict(K=20), dict(C=12, K=20)])
+def test_alignment(change):
+    b = dataclasses.replace(BASE, **change)
+    assert expected(b) == []
+    if HAVE_NAMES:
+        assert sm90_names("ort-cuda", b) == []
+    # C % 8 / K % 8 also split the other families' aligned kernels, so only names can show it.
+
+
+def test_cpu_target_has_no_sm90_kernels():
+    # ort-cpu gets only the CPU kernel, whatever the SM90 rules accept.
+    assert registry.kernel_count("ort-cpu", ANCHORS["r50.s1.1x1up"]) == (1, "")
+
+
+def test_counts_grow_by_the_sm90_kernels():
+    # A 1x1 stride-1 problem gets the 2 GEMM kernels more than the same problem strided by 2,
+    # for which the implicit-GEMM convs and every other family answer the same.
+    a = ANCHORS["r50.s1.1x1up"]
+    b = dataclasses.replace(a, stride_h=2, stride_w=2)
+    for target in CUDA_TARGETS:
+        assert registry.kernel_count(target, a)[0] - registry.kernel_count(target, b)[0] == 2
