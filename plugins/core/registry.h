@@ -25,6 +25,10 @@ const std::vector<std::string>& known_targets();
 std::vector<KernelDescriptor> sm90_kernel_rules();
 std::vector<KernelDescriptor> sm80_kernel_rules();
 std::vector<KernelDescriptor> direct_kernel_rules();
+std::vector<KernelDescriptor> padded_kernel_rules();
+// The channel-padding kernels: the kernel each wraps, and the problem it runs.
+const char* padded_inner_kernel(const char* name);
+ConvProblem channel_padded(const ConvProblem& p);
 
 // Kernels for `target` that can run `p` (on a device of compute capability `sm`, or any device
 // when sm is 0). When none, `why` says why (an invalid problem, an unknown target, or each

@@ -10,6 +10,7 @@ KernelImpl direct_kernel();
 KernelImpl depthwise_kernel();
 
 std::vector<KernelImpl> direct_kernels() { return {depthwise_kernel(), direct_kernel()}; }
+std::vector<KernelImpl> padded_kernels();
 
 #ifndef EPIFUSE_HAVE_SM80_FAMILY
 std::vector<KernelImpl> sm80_kernels() { return {}; }
@@ -21,7 +22,7 @@ std::vector<KernelImpl> sm90_kernels() { return {}; }
 const KernelImpl* find_impl(const char* name) {
   static const std::vector<KernelImpl> all = [] {
     std::vector<KernelImpl> v;
-    for (auto family : {sm90_kernels, sm80_kernels, direct_kernels})
+    for (auto family : {sm90_kernels, padded_kernels, sm80_kernels, direct_kernels})
       for (const KernelImpl& k : family()) v.push_back(k);
     return v;
   }();

@@ -1,0 +1,87 @@
+// Channel padding in front of a tensor-core kernel: X [N,H,W,C] and W [K,R,S,C] are copied into
+// the workspace with zero channels up to C' = roundup(C, 8), then the inner kernel (named by
+// padded_inner_kernel) runs the padded problem. The extra channels multiply zeros, so the result
+// is the unpadded convolution; the copy costs one pass over X, far less than a few-channel
+// kernel loses (C = 3 cannot feed 16-byte cp.async/TMA rows).
+#include <cstdint>
+
+#include "dtype.cuh"
+#include "kernel_api.h"
+#include "registry.h"
+
+namespace epifuse::cuda {
+namespace {
+
+template <class T>
+__global__ void pad_channels(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int c, int c_padded) {
+  const int64_t total = rows * c_padded;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / c_padded;
+    const int ch = int(i - row * c_padded);
+    out[i] = ch < c ? in[row * c + ch] : from_float<T>(0.f);
+  }
+}
+
+size_t element_bytes(DType t) { return t == DType::kFloat ? 4 : 2; }
+
+size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+
+struct Layout {
+  size_t x_bytes, w_bytes, inner_bytes;
+};
+
+Layout layout(const char* name, const ConvProblem& p) {
+  const ConvProblem q = channel_padded(p);
+  const KernelImpl* inner = find_impl(padded_inner_kernel(name));
+  return {align256(size_t(q.N) * q.H * q.W * q.C * element_bytes(p.dtype)),
+          align256(size_t(q.K) * q.R * q.S * q.C * element_bytes(p.dtype)), inner ? inner->workspace_size(q) : 0};
+}
+
+template <const char* kName>
+size_t workspace_size(const ConvProblem& p) {
+  const Layout l = layout(kName, p);
+  return l.x_bytes + l.w_bytes + l.inner_bytes;
+}
+
+template <const char* kName>
+Status launch(const ConvProblem& p, const Tensors& t, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const KernelImpl* inner = find_impl(padded_inner_kernel(kName));
+  if (!inner) return Status::Error(std::string(kName) + ": inner kernel not in this build");
+  const Layout l = layout(kName, p);
+  if (workspace_bytes < l.x_bytes + l.w_bytes + l.inner_bytes) return Status::Error(std::string(kName) + ": workspace too small");
+  const ConvProblem q = channel_padded(p);
+  auto* base = static_cast<char*>(workspace);
+  void* x = base;
+  void* w = base + l.x_bytes;
+  visit_dtype(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto pad = [&](const void* in, void* out, int64_t rows) {
+      const int64_t total = rows * q.C;
+      const int blocks = int(std::min<int64_t>((total + 255) / 256, 1 << 20));
+      pad_channels<T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), rows, int(p.C),
+                                                  int(q.C));
+    };
+    pad(t.x, x, p.N * p.H * p.W);
+    pad(t.w, w, p.K * p.R * p.S);
+  });
+  EPIFUSE_RETURN_IF_ERROR(check_launch(kName, cudaGetLastError()));
+  return inner->launch(q, {x, w, t.b, t.z, t.y}, base + l.x_bytes + l.w_bytes, l.inner_bytes, stream);
+}
+
+constexpr char kSm90F16[] = "pad8_sm90_f16_conv_128x64x64_c2x1";
+constexpr char kSm90Bf16[] = "pad8_sm90_bf16_conv_128x64x64_c2x1";
+constexpr char kSm80F16[] = "pad8_sm80_f16_64x64x64_4st";
+constexpr char kSm80Bf16[] = "pad8_sm80_bf16_64x64x64_4st";
+
+template <const char* kName>
+KernelImpl entry() {
+  return {kName, workspace_size<kName>, launch<kName>};
+}
+
+}  // namespace
+
+std::vector<KernelImpl> padded_kernels() {
+  return {entry<kSm90F16>(), entry<kSm90Bf16>(), entry<kSm80F16>(), entry<kSm80Bf16>()};
+}
+
+}  // namespace epifuse::cuda
