@@ -95,6 +95,39 @@ def cmd_demo(args, console: Console) -> int:
     return _run_optimize(args, console, src, os.path.join(folder, f"{zoo.DEFAULT_MODEL}.epifuse.onnx"))
 
 
+def cmd_bench(args, console: Console) -> int:
+    from rich.progress import Progress  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    from .bench import run_bench  # noqa: PLC0415
+
+    if not os.path.isfile(args.model):
+        raise EpifuseError("no such file", path=args.model)
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("bench", total=args.runs + args.warmup)
+        result = run_bench(args.model, backend=args.backend, batch=args.batch, fp16=args.fp16, runs=args.runs,
+                           warmup=args.warmup, progress=lambda *_: bar.advance(task))
+    table = Table(title=f"{args.model} on {args.backend}, batch {args.batch}{' fp16' if args.fp16 else ''}")
+    for col in ("median ms", "p90 ms", "p99 ms", "min ms", "inputs/s"):
+        table.add_column(col, justify="right")
+    table.add_row(*(f"{result[k]:.3f}" for k in ("median_ms", "p90_ms", "p99_ms", "min_ms")),
+                  f"{result['throughput_per_s']:.1f}")
+    console.print(table)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_tune(args, console: Console) -> int:
+    from .bench import run_tune  # noqa: PLC0415
+
+    if not os.path.isfile(args.model):
+        raise EpifuseError("no such file", path=args.model)
+    console.print(f"tuned every FusedConv of {args.model}; winners cached in {run_tune(args.model, batch=args.batch)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="epifuse", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,6 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="where to write the models (default: a new temporary folder)")
     common(p)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("bench", help="latency percentiles and throughput on ONNX Runtime")
+    p.add_argument("model")
+    p.add_argument("--backend", choices=("ort-cuda", "ort-cpu"), default="ort-cuda")
+    p.add_argument("--batch", type=int, default=1, help="value for a symbolic batch dimension")
+    p.add_argument("--fp16", action="store_true", help="optimize to fp16 in memory first (epifuse --precision fp16)")
+    p.add_argument("--runs", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--report", metavar="FILE.json")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("tune", help="time every valid kernel of each FusedConv once on the CUDA EP and cache the winners")
+    p.add_argument("model")
+    p.add_argument("--batch", type=int, default=1)
+    p.set_defaults(func=cmd_tune)
 
     add_build_engine_command(sub)
     return parser

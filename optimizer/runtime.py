@@ -57,12 +57,51 @@ def session_options(**opts):
     return so
 
 
-def create_session(model, providers=None, **opts):
+BACKENDS = ("ort-cpu", "ort-cuda")
+
+
+def providers_for(backend: str, *, cuda_graph: bool = False, prefer_nhwc: bool = False, device_id: int = 0):
+    """ONNX Runtime providers for a backend; for ort-cuda the CUDA EP (with CPU for what it lacks)."""
+    if backend == "ort-cpu":
+        return ["CPUExecutionProvider"]
+    if backend != "ort-cuda":
+        raise ValueError(f"unknown backend {backend!r} (one of {', '.join(BACKENDS)})")
+    import onnxruntime as ort
+
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()  # the CUDA 13 libraries torch's or nvidia-* wheels bring
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        raise RuntimeError("this onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
+    options = {"device_id": str(device_id), "enable_cuda_graph": "1" if cuda_graph else "0",
+               "prefer_nhwc": "1" if prefer_nhwc else "0"}
+    return [("CUDAExecutionProvider", options), "CPUExecutionProvider"]
+
+
+def create_session(model, providers=None, backend: str | None = None, cuda_graph: bool = False, **opts):
     """Opens an epifuse model (a path, or the serialized bytes) on ONNX Runtime with the
-    custom-op library registered. ``opts`` go to :func:`session_options`."""
+    custom-op library registered, on `backend` ("ort-cpu" or "ort-cuda"; default: `providers`,
+    else the CPU). ``opts`` go to :func:`session_options`."""
     import onnxruntime as ort
 
     if isinstance(model, Path):
         model = str(model)
+    if backend is not None:
+        providers = providers_for(backend, cuda_graph=cuda_graph)
     return ort.InferenceSession(model, session_options(**opts),
                                 providers=providers or ["CPUExecutionProvider"])
+
+
+def bind_torch(session, inputs: dict, outputs: dict):
+    """An IOBinding that reads and writes CUDA torch tensors in place (no host copies): what
+    CUDA-graph replay needs, since the graph keeps the addresses it captured."""
+    import numpy as np
+    import torch
+
+    numpy_of = {torch.float32: np.float32, torch.float16: np.float16, torch.int64: np.int64, torch.int32: np.int32}
+    binding = session.io_binding()
+    for group, bind in ((inputs, binding.bind_input), (outputs, binding.bind_output)):
+        for name, t in group.items():
+            if not t.is_contiguous():
+                raise ValueError(f"tensor '{name}' must be contiguous")
+            bind(name, "cuda", t.device.index or 0, numpy_of[t.dtype], list(t.shape), t.data_ptr())
+    return binding

@@ -60,3 +60,21 @@ def test_zoo_model_on_cuda_ep(ort_gpu, name, precision, tmp_path):
     providers = {ev["args"].get("provider") for ev in fused}
     assert providers == {"CUDAExecutionProvider"}, providers
     assert report.fused_count() > 0
+
+
+def test_tune_fills_the_cache_and_later_sessions_use_it(ort_gpu, tmp_path, monkeypatch):
+    import onnx
+
+    from optimizer.cli import main
+
+    cache = tmp_path / "tuning.tsv"
+    monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(cache))
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(zoo.build("yolo_tiny", batch=2), src)
+    assert main(["optimize", str(src), "-o", str(out), "--target", "ort-cuda", "--precision", "fp16"]) == 0
+    assert main(["tune", str(out), "--batch", "2"]) == 0
+    lines = cache.read_text().splitlines()
+    assert lines and all(len(line.split("\t")) == 3 for line in lines)
+    kernels = {line.split("\t")[2] for line in lines}
+    assert all(k.startswith(("sm90_", "sm80_", "pad8_", "cuda_")) for k in kernels)
+    assert main(["bench", str(out), "--backend", "ort-cuda", "--batch", "2", "--runs", "5"]) == 0

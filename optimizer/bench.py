@@ -1,0 +1,89 @@
+"""`epifuse bench` and `epifuse tune`: latency and throughput of a model on ONNX Runtime (CPU or
+CUDA EP, the epifuse library registered), and the one-time kernel tuning run for the CUDA EP."""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import numpy as np
+import onnx
+
+
+
+def _inputs(model: onnx.ModelProto, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
+    from .verify import random_inputs
+
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for vi in fixed.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if dims and not dims[0].HasField("dim_value"):
+            dims[0].dim_value = batch
+    return random_inputs(fixed, seed=seed)
+
+
+def _session(model_bytes: bytes, backend: str, cuda_graph: bool):
+    from .runtime import create_session
+
+    return create_session(model_bytes, backend=backend, cuda_graph=cuda_graph)
+
+
+def run_bench(path: str, *, backend: str, batch: int, fp16: bool, runs: int, warmup: int, progress=None) -> dict:
+    """Median/p90/p99 latency (ms) and throughput (inputs/s) of `path` on `backend`."""
+    from .passes.load import load_model
+
+    model = load_model(path)
+    if fp16:
+        from .pipeline import optimize_model
+
+        model, _ = optimize_model(model, target=backend, precision="fp16")
+    feeds = _inputs(model, batch)
+    batch = next(iter(feeds.values())).shape[0]  # a static batch dimension wins over --batch
+    session = _session(model.SerializeToString(), backend, cuda_graph=False)
+    if backend == "ort-cuda":
+        import onnxruntime as ort
+
+        binding = session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, "cuda", 0))
+        for out in session.get_outputs():
+            binding.bind_output(out.name, "cuda", 0)
+
+        def once():
+            session.run_with_iobinding(binding)
+            binding.synchronize_outputs()
+    else:
+        def once():
+            session.run(None, feeds)
+    for i in range(warmup):
+        once()
+        if progress:
+            progress("warm-up", i + 1, warmup)
+    times = []
+    for i in range(runs):
+        start = time.perf_counter()
+        once()
+        times.append((time.perf_counter() - start) * 1e3)
+        if progress:
+            progress("timed runs", i + 1, runs)
+    times.sort()
+    pick = lambda q: times[min(len(times) - 1, int(q * len(times)))]  # noqa: E731
+    return {"model": path, "backend": backend, "batch": batch, "fp16": fp16, "runs": runs,
+            "median_ms": statistics.median(times), "p90_ms": pick(0.9), "p99_ms": pick(0.99),
+            "min_ms": times[0], "throughput_per_s": batch * 1e3 / statistics.median(times)}
+
+
+def run_tune(path: str, *, batch: int) -> str:
+    """Runs `path` once on the CUDA EP with EPIFUSE_TUNE=1: every FusedConv times its valid
+    kernels and the winners go to the tuning cache, which later sessions read."""
+    from .passes.load import load_model
+
+    os.environ["EPIFUSE_TUNE"] = "1"  # read by the library when a kernel is first chosen
+    try:
+        model = load_model(path)
+        session = _session(model.SerializeToString(), "ort-cuda", cuda_graph=False)
+        session.run(None, _inputs(model, batch))
+    finally:
+        del os.environ["EPIFUSE_TUNE"]
+    return os.environ.get("EPIFUSE_TUNING_CACHE", os.path.expanduser("~/.cache/epifuse/tuning.tsv"))

@@ -1,0 +1,32 @@
+"""`epifuse bench` on the CPU EP (the CUDA EP and `epifuse tune` run in tests/test_ort_cuda.py)."""
+import json
+
+import onnx
+
+from models import zoo
+from optimizer.cli import main
+
+
+def test_bench_reports_latency_and_throughput(tmp_path, capsys):
+    src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(zoo.build("mobilenetv3_tiny"), src)
+    assert main(["optimize", str(src), "-o", str(out)]) == 0
+    assert main(["bench", str(out), "--backend", "ort-cpu", "--batch", "3", "--runs", "5", "--warmup", "1",
+                 "--report", str(report)]) == 0
+    result = json.loads(report.read_text())
+    assert result["batch"] == 3 and result["runs"] == 5
+    assert 0 < result["min_ms"] <= result["median_ms"] <= result["p90_ms"] <= result["p99_ms"]
+    assert result["throughput_per_s"] > 0
+    assert "median ms" in capsys.readouterr().out
+
+
+def test_bench_fp16_optimizes_in_memory(tmp_path):
+    src, report = tmp_path / "m.onnx", tmp_path / "r.json"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["bench", str(src), "--backend", "ort-cpu", "--fp16", "--runs", "3", "--warmup", "1",
+                 "--report", str(report)]) == 0
+    assert json.loads(report.read_text())["fp16"] is True
+
+
+def test_bench_missing_file(tmp_path, capsys):
+    assert main(["bench", str(tmp_path / "nope.onnx"), "--backend", "ort-cpu"]) == 2
