@@ -10,10 +10,12 @@ STEM = ConvDesc(FLOAT16, 32, 224, 224, 3, 64, 7, 7, 1, 2, 2, 1, 1, 3, 3, 3, 3, "
 
 def test_rgb_stem_prefers_the_padded_tensor_core_kernels():
     names = registry.kernel_names("ort-cuda", STEM)
-    assert names[:2] == ["pad8_sm90_f16_conv_128x64x64_c2x1", "pad8_sm80_f16_64x64x64_4st"]
+    assert names[:3] == ["pad8_sm80_f16_fixed8_128x64x32_3st", "pad8_sm90_f16_conv_128x64x64_c2x1",
+                         "pad8_sm80_f16_64x64x64_4st"]
     assert names[-1] == "cuda_direct"
     bf16 = registry.kernel_names("tensorrt", dataclasses.replace(STEM, dtype=BFLOAT16))
-    assert bf16[:2] == ["pad8_sm90_bf16_conv_128x64x64_c2x1", "pad8_sm80_bf16_64x64x64_4st"]
+    assert bf16[:3] == ["pad8_sm80_bf16_fixed8_128x64x32_3st", "pad8_sm90_bf16_conv_128x64x64_c2x1",
+                        "pad8_sm80_bf16_64x64x64_4st"]
 
 
 def test_padding_is_not_offered_where_it_does_not_apply():

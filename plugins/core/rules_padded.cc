@@ -40,11 +40,15 @@ constexpr char kSm90F16[] = "sm90_f16_conv_128x64x64_c2x1";
 constexpr char kSm90Bf16[] = "sm90_bf16_conv_128x64x64_c2x1";
 constexpr char kSm80F16[] = "sm80_f16_64x64x64_4st";
 constexpr char kSm80Bf16[] = "sm80_bf16_64x64x64_4st";
+constexpr char kFixed8F16[] = "sm80_f16_fixed8_128x64x32_3st";
+constexpr char kFixed8Bf16[] = "sm80_bf16_fixed8_128x64x32_3st";
 
 }  // namespace
 
 std::vector<KernelDescriptor> padded_kernel_rules() {
-  return {{"pad8_sm90_f16_conv_128x64x64_c2x1", kCudaTargets, padded_can_implement<kSm90F16>, 90, 90},
+  return {{"pad8_sm80_f16_fixed8_128x64x32_3st", kCudaTargets, padded_can_implement<kFixed8F16>, 80, 1209},
+          {"pad8_sm80_bf16_fixed8_128x64x32_3st", kCudaTargets, padded_can_implement<kFixed8Bf16>, 80, 1209},
+          {"pad8_sm90_f16_conv_128x64x64_c2x1", kCudaTargets, padded_can_implement<kSm90F16>, 90, 90},
           {"pad8_sm90_bf16_conv_128x64x64_c2x1", kCudaTargets, padded_can_implement<kSm90Bf16>, 90, 90},
           {"pad8_sm80_f16_64x64x64_4st", kCudaTargets, padded_can_implement<kSm80F16>, 80, 1209},
           {"pad8_sm80_bf16_64x64x64_4st", kCudaTargets, padded_can_implement<kSm80Bf16>, 80, 1209}};
@@ -52,6 +56,7 @@ std::vector<KernelDescriptor> padded_kernel_rules() {
 
 const char* padded_inner_kernel(const char* name) {
   static const std::pair<const char*, const char*> inner[] = {
+      {"pad8_sm80_f16_fixed8_128x64x32_3st", kFixed8F16}, {"pad8_sm80_bf16_fixed8_128x64x32_3st", kFixed8Bf16},
       {"pad8_sm90_f16_conv_128x64x64_c2x1", kSm90F16}, {"pad8_sm90_bf16_conv_128x64x64_c2x1", kSm90Bf16},
       {"pad8_sm80_f16_64x64x64_4st", kSm80F16}, {"pad8_sm80_bf16_64x64x64_4st", kSm80Bf16}};
   for (const auto& [outer, in] : inner)

@@ -28,7 +28,7 @@ constexpr int kMinSm = 80, kMaxSm = 1209;
 constexpr int64_t kTwoGiB = int64_t(1) << 31;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
-enum class Kind { kAligned, kFewChannels, kUnaligned };
+enum class Kind { kFixed8, kAligned, kFewChannels, kUnaligned };
 
 struct Config {
   const char* name;
@@ -40,6 +40,8 @@ struct Config {
 
 // Same order and names as plugins/kernels/sm80/*.cu (KernelImpl names).
 constexpr Config kConfigs[] = {
+    {"sm80_f16_fixed8_128x64x32_3st", DType::kFloat16, Kind::kFixed8, 64, 8},
+    {"sm80_bf16_fixed8_128x64x32_3st", DType::kBFloat16, Kind::kFixed8, 64, 8},
     {"sm80_f16_128x128x64_3st", DType::kFloat16, Kind::kAligned, 128, 8},
     {"sm80_bf16_128x128x64_3st", DType::kBFloat16, Kind::kAligned, 128, 8},
     {"sm80_f16_128x64x64_4st", DType::kFloat16, Kind::kAligned, 64, 8},
@@ -79,6 +81,12 @@ bool can_implement(const Config& cfg, const ConvProblem& p, std::string* why) {
   if (p.C < 0 || p.K < 0 || p.R < 0 || p.S < 0) return fail(why, "C, K, R and S must be known");
 
   switch (cfg.kind) {
+    case Kind::kFixed8:  // CUTLASS kFixedChannels: one access holds every channel of a pixel
+      if (p.C != kAlign || p.K % kAlign != 0)
+        return fail(why, "C = " + std::to_string(p.C) + ", K = " + std::to_string(p.K) +
+                             " (fixed-channel kernel: C == 8, K a multiple of 8)");
+      if (p.R > 32 || p.S > 32) return fail(why, "filter larger than 32x32");
+      break;
     case Kind::kAligned:
       if (p.C % cfg.align != 0 || p.K % cfg.align != 0)
         return fail(why, "C = " + std::to_string(p.C) + ", K = " + std::to_string(p.K) + " (both must be multiples of " +

@@ -68,6 +68,8 @@ Status launch(const ConvProblem& p, const Tensors& t, void* workspace, size_t wo
   return inner->launch(q, {x, w, t.b, t.z, t.y}, base + l.x_bytes + l.w_bytes, l.inner_bytes, stream);
 }
 
+constexpr char kFixed8F16[] = "pad8_sm80_f16_fixed8_128x64x32_3st";
+constexpr char kFixed8Bf16[] = "pad8_sm80_bf16_fixed8_128x64x32_3st";
 constexpr char kSm90F16[] = "pad8_sm90_f16_conv_128x64x64_c2x1";
 constexpr char kSm90Bf16[] = "pad8_sm90_bf16_conv_128x64x64_c2x1";
 constexpr char kSm80F16[] = "pad8_sm80_f16_64x64x64_4st";
@@ -81,7 +83,8 @@ KernelImpl entry() {
 }  // namespace
 
 std::vector<KernelImpl> padded_kernels() {
-  return {entry<kSm90F16>(), entry<kSm90Bf16>(), entry<kSm80F16>(), entry<kSm80Bf16>()};
+  return {entry<kFixed8F16>(), entry<kFixed8Bf16>(), entry<kSm90F16>(), entry<kSm90Bf16>(), entry<kSm80F16>(),
+          entry<kSm80Bf16>()};
 }
 
 }  // namespace epifuse::cuda

@@ -5,6 +5,7 @@
 namespace epifuse::cuda {
 namespace sm80 {
 #define EPIFUSE_SM80_CONFIGS(X) \
+  X(fixed8_128x64x32_3st)       \
   X(128x128x64_3st)             \
   X(128x64x64_4st)              \
   X(64x64x64_4st)               \
