@@ -87,11 +87,6 @@ struct FusedConvCudaKernel {
 
 }  // namespace
 
-void add_cuda_ops(std::vector<std::unique_ptr<Ort::Custom::OrtLiteCustomOp>>* ops) {
-  constexpr const char* kCuda = "CUDAExecutionProvider";
-  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<FusedConvCudaKernel<float>>("FusedConv", kCuda));
-  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<FusedConvCudaKernel<Ort::Float16_t>>("FusedConv", kCuda));
-  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<FusedConvCudaKernel<Ort::BFloat16_t>>("FusedConv", kCuda));
-}
+void add_cuda_ops(OpList* ops) { add_typed_ops<FusedConvCudaKernel>(ops, "CUDAExecutionProvider"); }
 
 }  // namespace epifuse::ort

@@ -49,12 +49,7 @@ struct FusedConvCpuKernel {
 
 }  // namespace
 
-void add_cpu_ops(std::vector<std::unique_ptr<Ort::Custom::OrtLiteCustomOp>>* ops) {
-  constexpr const char* kCpu = "CPUExecutionProvider";
-  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<FusedConvCpuKernel<float>>("FusedConv", kCpu));
-  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<FusedConvCpuKernel<Ort::Float16_t>>("FusedConv", kCpu));
-  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<FusedConvCpuKernel<Ort::BFloat16_t>>("FusedConv", kCpu));
-}
+void add_cpu_ops(OpList* ops) { add_typed_ops<FusedConvCpuKernel>(ops, "CPUExecutionProvider"); }
 
 }  // namespace epifuse::ort
 

@@ -3,6 +3,6 @@
 
 namespace epifuse::ort {
 
-void add_cuda_ops(std::vector<std::unique_ptr<Ort::Custom::OrtLiteCustomOp>>*) {}
+void add_cuda_ops(OpList*) {}
 
 }  // namespace epifuse::ort

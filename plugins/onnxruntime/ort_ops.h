@@ -7,8 +7,18 @@
 
 namespace epifuse::ort {
 
-void add_cpu_ops(std::vector<std::unique_ptr<Ort::Custom::OrtLiteCustomOp>>* ops);
+using OpList = std::vector<std::unique_ptr<Ort::Custom::OrtLiteCustomOp>>;
+
+// Registers Kernel<T> as FusedConv on `provider` for every element type of the op contract.
+template <template <class> class Kernel>
+void add_typed_ops(OpList* ops, const char* provider) {
+  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<float>>("FusedConv", provider));
+  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<Ort::Float16_t>>("FusedConv", provider));
+  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<Ort::BFloat16_t>>("FusedConv", provider));
+}
+
+void add_cpu_ops(OpList* ops);
 // CUDA builds register the CUDAExecutionProvider kernels; CPU-only builds register none.
-void add_cuda_ops(std::vector<std::unique_ptr<Ort::Custom::OrtLiteCustomOp>>* ops);
+void add_cuda_ops(OpList* ops);
 
 }  // namespace epifuse::ort
