@@ -1,4 +1,4 @@
-"""`epifuse` command line: optimize, verify, inspect, demo."""
+"""`epifuse` command line: optimize, verify, inspect, demo, bench, tune, build-engine, export-triton."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +15,7 @@ from .errors import EpifuseError
 from .pipeline import PRECISIONS, TARGETS, optimize_file, optimize_model
 from .report import Report
 from .tensorrt import add_build_engine_command
+from .triton import add_export_triton_command
 
 
 def _progress(console: Console):
@@ -177,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tune)
 
     add_build_engine_command(sub)
+    add_export_triton_command(sub)
     return parser
 
 
