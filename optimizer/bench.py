@@ -29,8 +29,27 @@ def _session(model_bytes: bytes, backend: str, cuda_graph: bool):
     return create_session(model_bytes, backend=backend, cuda_graph=cuda_graph)
 
 
+def _plan_feeds(runner, batch: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for name in runner.inputs:
+        shape = [batch if i == 0 and d < 0 else (d if d >= 0 else 32)
+                 for i, d in enumerate(runner.engine.get_tensor_shape(name))]
+        feeds[name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
 def run_bench(path: str, *, backend: str, batch: int, fp16: bool, runs: int, warmup: int, progress=None) -> dict:
-    """Median/p90/p99 latency (ms) and throughput (inputs/s) of `path` on `backend`."""
+    """Median/p90/p99 latency (ms) and throughput (inputs/s) of `path` on `backend` (an .onnx for
+    ONNX Runtime, a TensorRT .plan for tensorrt)."""
+    if backend == "tensorrt":
+        from .tensorrt import PlanRunner
+
+        runner = PlanRunner(path)
+        feeds = _plan_feeds(runner, batch)
+        runner.bind(feeds)
+        return _timed(path, backend, next(iter(feeds.values())).shape[0], False, runner.run_device, runs, warmup,
+                      progress)
     from .passes.load import load_model
 
     model = load_model(path)
@@ -56,6 +75,10 @@ def run_bench(path: str, *, backend: str, batch: int, fp16: bool, runs: int, war
     else:
         def once():
             session.run(None, feeds)
+    return _timed(path, backend, batch, fp16, once, runs, warmup, progress)
+
+
+def _timed(path, backend, batch, fp16, once, runs, warmup, progress) -> dict:
     for i in range(warmup):
         once()
         if progress:

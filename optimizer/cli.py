@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="latency percentiles and throughput on ONNX Runtime")
     p.add_argument("model")
-    p.add_argument("--backend", choices=("ort-cuda", "ort-cpu"), default="ort-cuda")
+    p.add_argument("--backend", choices=("ort-cuda", "ort-cpu", "tensorrt"), default="ort-cuda",
+                   help="tensorrt: MODEL is a plan built by `epifuse build-engine`")
     p.add_argument("--batch", type=int, default=1, help="value for a symbolic batch dimension")
     p.add_argument("--fp16", action="store_true", help="optimize to fp16 in memory first (epifuse --precision fp16)")
     p.add_argument("--runs", type=int, default=100)

@@ -105,3 +105,11 @@ def bind_torch(session, inputs: dict, outputs: dict):
                 raise ValueError(f"tensor '{name}' must be contiguous")
             bind(name, "cuda", t.device.index or 0, numpy_of[t.dtype], list(t.shape), t.data_ptr())
     return binding
+
+
+def open_plan(plan, plugin_library: str | None = None):
+    """A TensorRT engine built by `epifuse build-engine`, ready to run (`.run(feeds) -> outputs`),
+    with the plugin library loaded. Needs TensorRT's Python API, torch and an NVIDIA GPU."""
+    from .tensorrt import PlanRunner
+
+    return PlanRunner(plan, plugin_library)

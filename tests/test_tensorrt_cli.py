@@ -47,3 +47,15 @@ def test_missing_tensorrt_is_a_clear_error(monkeypatch, tmp_path, capsys):
         tensorrt.load_tensorrt()
     assert cli.main(["build-engine", str(tmp_path / "m.onnx")]) == 2
     assert "TensorRT's Python API is not installed" in capsys.readouterr().err
+
+
+def test_bench_tensorrt_without_a_runtime_is_a_clear_error(tmp_path, capsys):
+    """Running a plan needs TensorRT's runtime and a GPU; where either is missing: exit 2, one line."""
+    from optimizer.cli import main
+
+    plan = tmp_path / "m.plan"
+    plan.write_bytes(b"not a plan")
+    assert main(["bench", str(plan), "--backend", "tensorrt", "--runs", "1", "--warmup", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("epifuse: error:")
+    assert any(word in err[0] for word in ("TensorRT", "GPU", "torch", "deserialize"))
