@@ -10,6 +10,9 @@ from .errors import EpifuseError
 
 TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 5e-2}
 SYMBOLIC_BATCH, SYMBOLIC_OTHER = 2, 32
+MAX_RANDOM_ELEMENTS = 1 << 28
+_ORT_ERRORS = tuple(c for c in vars(ort.capi.onnxruntime_pybind11_state).values()
+                    if isinstance(c, type) and issubclass(c, Exception)) + (RuntimeError, ValueError, MemoryError)
 _NUMPY = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
           onnx.TensorProto.DOUBLE: np.float64, onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32,
           onnx.TensorProto.BOOL: np.bool_, onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT8: np.int8}
@@ -26,6 +29,9 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
         tt = vi.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else (SYMBOLIC_BATCH if i == 0 else SYMBOLIC_OTHER)
                  for i, d in enumerate(tt.shape.dim)]
+        if any(d < 0 for d in shape) or np.prod(shape, dtype=np.float64) > MAX_RANDOM_ELEMENTS:
+            raise EpifuseError(f"input '{vi.name}': shape {shape} is too large or invalid for random inputs; "
+                               "pass --inputs FILE.npz")
         dtype = _NUMPY.get(tt.elem_type)
         if dtype is None:
             raise EpifuseError(f"input '{vi.name}': no random generator for element type {tt.elem_type}; "
@@ -51,7 +57,14 @@ def _session(model: onnx.ModelProto | str, reference: bool) -> ort.InferenceSess
 
 
 def rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
+    """Relative L2 error over the finite values; NaN and ±Inf must sit at the same places with the
+    same values (a model with NaN/Inf weights gives them on both sides), else the error is inf."""
     a, e = actual.astype(np.float64), expected.astype(np.float64)
+    finite = np.isfinite(e)
+    if not np.array_equal(np.isnan(a), np.isnan(e)) or not np.array_equal(a[np.isinf(e)], e[np.isinf(e)]) \
+            or not np.isfinite(a[finite]).all():
+        return float("inf")
+    a, e = a[finite], e[finite]
     return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-30))
 
 
@@ -59,12 +72,22 @@ def verify(original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, *,
            inputs: dict[str, np.ndarray] | None = None, seed: int = 0) -> dict:
     """Runs both on the ORT CPU EP; the original with ORT's own graph optimizations off, so the
     reference does not share a fusion bug with anyone."""
-    ref = _session(original, reference=True)
-    opt = _session(optimized, reference=False)
     if inputs is None:
-        inputs = random_inputs(original if isinstance(original, onnx.ModelProto) else onnx.load(original))
-    expected = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, inputs)))
-    actual = dict(zip([o.name for o in opt.get_outputs()], opt.run(None, inputs)))
+        inputs = random_inputs(original if isinstance(original, onnx.ModelProto)
+                               else onnx.load(original, load_external_data=False))
+    # ORT's own errors (a model it rejects, an allocation that fails) become one clear line
+    which = "the original model"
+    try:
+        ref = _session(original, reference=True)
+        expected = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, inputs)))
+        which = "the optimized model"
+        opt = _session(optimized, reference=False)
+        actual = dict(zip([o.name for o in opt.get_outputs()], opt.run(None, inputs)))
+    except _ORT_ERRORS as e:
+        first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise EpifuseError(f"ONNX Runtime cannot run {which}: {first[:300]}",
+                           path=original if which == "the original model" and isinstance(original, str)
+                           else optimized if isinstance(optimized, str) else None) from None
     missing = sorted(set(expected) - set(actual))
     if missing:
         raise EpifuseError(f"optimized model lacks outputs {missing}")

@@ -53,7 +53,7 @@ def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto) -> Split
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
     weights = _weights_to_inputs(graph)
     structure = gs.export_onnx(graph)
-    structure.ir_version = template.ir_version
+    structure.ir_version = max(template.ir_version, 4)  # IR 3 would need new weights listed as graph inputs
     structure.producer_name = "epifuse"
     structure.doc_string = template.doc_string
     del structure.metadata_props[:]

@@ -18,8 +18,9 @@ def _bn_scale_shift(bn: gs.Node) -> tuple[np.ndarray, np.ndarray] | None:
     if len(values) != 4 or any(v is None for v in values):
         return None
     gamma, beta, mean, var = (v.astype(np.float64).reshape(-1) for v in values)
-    scale = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
-    return scale, beta - mean * scale
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # NaN/Inf/negative variance: as ORT's BN
+        scale = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+        return scale, beta - mean * scale
 
 
 def _why_not_foldable(bn: gs.Node) -> str | None:

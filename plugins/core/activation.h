@@ -21,7 +21,8 @@ EPIFUSE_HD float softplus(float x) { return std::max(x, 0.f) + std::log1p(std::e
 EPIFUSE_HD float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 
 struct Identity { EPIFUSE_HD float operator()(float x) const { return x; } };
-struct Relu { EPIFUSE_HD float operator()(float x) const { return x > 0.f ? x : 0.f; } };
+// `x < 0 ? 0 : x`, not `x > 0 ? x : 0`: NaN propagates, as in ONNX Runtime's Relu
+struct Relu { EPIFUSE_HD float operator()(float x) const { return x < 0.f ? 0.f : x; } };
 struct LeakyRelu {
   float alpha;
   EPIFUSE_HD float operator()(float x) const { return x >= 0.f ? x : alpha * x; }
