@@ -11,7 +11,7 @@ import numpy as np
 from onnx import external_data_helper, numpy_helper, version_converter
 
 from ..errors import EpifuseError
-from ..proto import check_and_infer, read_model, skeleton
+from ..proto import SMALL_TENSOR_BYTES, check_and_infer, read_model, skeleton, tensor_nbytes
 
 MIN_OPSET, MAX_OPSET = 11, 21
 CONVERT_TO_OPSET = 13
@@ -72,6 +72,7 @@ def load_model_split(path: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]
         raise EpifuseError("not an ONNX model (no graph or no nodes)", path=path)
     _check_external_data(model, path)
     try:
+        _external_to_arrays(model, os.path.dirname(os.path.abspath(path)), weights)
         external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
     except (OSError, ValueError) as e:
         raise EpifuseError(f"cannot read external data: {str(e).splitlines()[0]}", path=path) from None
@@ -79,6 +80,23 @@ def load_model_split(path: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]
         fill_placeholders(model, weights)
         return validate(model, path), {}
     return validate(model, path), weights
+
+
+def _external_to_arrays(model: onnx.ModelProto, base: str, weights: dict[str, np.ndarray]) -> None:
+    """Large external-data initializers go straight from their file into arrays (placeholders in
+    the graph, like inline weights), so a > 2 GB model is never copied into protobuf memory."""
+    for i, t in enumerate(model.graph.initializer):
+        if not external_data_helper.uses_external_data(t) or tensor_nbytes(t) <= SMALL_TENSOR_BYTES:
+            continue
+        info = external_data_helper.ExternalDataInfo(t)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+        count = int(np.prod(t.dims, dtype=np.int64))
+        with open(os.path.join(base, info.location), "rb") as f:
+            f.seek(info.offset or 0)
+            weights[t.name] = np.fromfile(f, dtype=dtype, count=count).reshape(tuple(t.dims))
+        placeholder = onnx.TensorProto(name=t.name, data_type=t.data_type, doc_string=t.doc_string)
+        placeholder.dims.extend(t.dims)
+        model.graph.initializer[i].CopyFrom(placeholder)
 
 
 def fill_placeholders(model: onnx.ModelProto, weights: dict[str, np.ndarray]) -> None:
