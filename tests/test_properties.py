@@ -15,7 +15,7 @@ from optimizer.pipeline import optimize_model
 from optimizer.verify import verify
 
 ACTIVATIONS = ["none", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid", "Elu", "Softplus",
-               "Clip", "silu", "silu_swapped", "paddle_hardswish", "gelu_erf", "mish"]
+               "Clip", "silu", "silu_swapped", "paddle_hardswish", "gelu_erf", "mish", "clip_computed_bound"]
 
 
 class _Net:
@@ -41,6 +41,8 @@ class _Net:
             return x
         if kind == "Clip":
             return self.op("Clip", [x, self.const(-1.0), self.const(2.0)])
+        if kind == "clip_computed_bound":  # distractor: the lower bound is computed, not a constant
+            return self.op("Clip", [x, self.op("ReduceMean", [x], keepdims=0), self.const(2.0)])
         if kind == "LeakyRelu":
             return self.op("LeakyRelu", [x], alpha=0.15)
         if kind == "silu":
