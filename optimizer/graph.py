@@ -34,10 +34,6 @@ def scalar_value(t: gs.Tensor | None) -> float | None:
     return float(v.reshape(()))
 
 
-def is_empty_input(t: gs.Tensor | None) -> bool:
-    return t is None or (isinstance(t, gs.Variable) and t.name == "")
-
-
 def ensure_domain(graph: gs.Graph, domain: str, version: int) -> None:
     imports = list(graph.import_domains or [])
     if not any(i.domain == domain for i in imports):
