@@ -5,8 +5,10 @@ CUDA graph on), and PyTorch eager (CUDA graph). ms per batch.
     python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--markdown FILE]
 
 Models are torchvision's when torchvision is importable, exported here with torch.onnx (fp16,
-dynamic batch, opset 17); otherwise the ResNet-50 built by models/resnet50.py (converted to fp16
-by epifuse's precision pass alone, without fusion). Needs onnxruntime-gpu, torch with CUDA and a
+dynamic batch, opset 17); otherwise the ResNet-50 built by models/resnet50.py. YOLOv8 (n/s/m) is
+built by models/yolo.py (no ultralytics on the GPU machine; no PyTorch-eager figure for it). Models
+built in fp32 are converted to fp16 by epifuse's precision pass alone, without fusion, for the
+ORT baseline. Needs onnxruntime-gpu, torch with CUDA and a
 CUDA build of libepifuse_ort.so (EPIFUSE_LIB_DIR). torch.compile is left out: max-autotune takes
 minutes per model (shared/docs/anchors.md), more than a device call allows.
 """
@@ -67,15 +69,16 @@ def eager_graph_ms(model, batch, size=224) -> float:
     return timed(g.replay)
 
 
-def ort_ms(model_bytes, batch, out_shape, *, library, prefer_nhwc, size=224) -> float:
+def ort_ms(model_bytes, batch, out_shapes, *, library, prefer_nhwc, size=224) -> float:
     import onnxruntime as ort
 
     so = session_options() if library else ort.SessionOptions()
     sess = ort.InferenceSession(model_bytes, so, providers=providers_for("ort-cuda", cuda_graph=True,
                                                                          prefer_nhwc=prefer_nhwc))
     x = torch.randn(batch, 3, size, size, device="cuda", dtype=torch.half)
-    y = torch.empty(batch, *out_shape, device="cuda", dtype=torch.half)
-    binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, {sess.get_outputs()[0].name: y})
+    outputs = {o.name: torch.empty(batch, *shape, device="cuda", dtype=torch.half)
+               for o, shape in zip(sess.get_outputs(), out_shapes)}
+    binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, outputs)
     return timed(lambda: sess.run_with_iobinding(binding))
 
 
@@ -90,34 +93,42 @@ def tune(model_bytes, batch, size=224):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="resnet50,mobilenet_v3_large,efficientnet_b0,convnext_tiny")
+    ap.add_argument("--models", default="resnet50,yolov8s,mobilenet_v3_large,efficientnet_b0,convnext_tiny")
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     rows = []
     work = Path(tempfile.mkdtemp(prefix="epifuse-models-"))
     for name in args.models.split(","):
-        try:
-            model = torch_model(name)
-            export(model, work / f"{name}.onnx")
-            original = onnx.load(work / f"{name}.onnx")
-        except ImportError:
-            from models.resnet50 import resnet50
+        size = 640 if name.startswith("yolo") else 224
+        if name.startswith("yolov8"):  # built in models/ (no ultralytics here); fp16 by the precision pass alone
+            from models.yolo import yolov8
 
-            model, original = None, resnet50()
+            model, original = None, yolov8(name[len("yolov8"):] or "s")
+        else:
+            try:
+                model = torch_model(name)
+                export(model, work / f"{name}.onnx")
+                original = onnx.load(work / f"{name}.onnx")
+            except ImportError:
+                from models.resnet50 import resnet50
+
+                model, original = None, resnet50()
+        if original.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
             original, _ = optimize_model(original, target="ort-cuda", precision="fp16",
                                          kernel_query=lambda t, d: (0, "baseline: precision only"))
         optimized, report = optimize_model(original, target="ort-cuda", precision="fp16")
         print(f"{name}: {report.fused_count()} FusedConv, {report.ops_after.get('Transpose', 0)} Transpose left",
               flush=True)
-        out_shape = [d.dim_value for d in original.graph.output[0].type.tensor_type.shape.dim][1:]
+        out_shapes = [[d.dim_value for d in o.type.tensor_type.shape.dim][1:] for o in original.graph.output]
         for batch in (int(b) for b in args.batches.split(",")):
             row = {"model": name, "batch": batch}
-            row["ort best"] = min(ort_ms(original.SerializeToString(), batch, out_shape, library=False, prefer_nhwc=p)
-                                  for p in (False, True))
-            tune(optimized.SerializeToString(), batch)
-            row["epifuse"] = ort_ms(optimized.SerializeToString(), batch, out_shape, library=True, prefer_nhwc=False)
-            row["torch eager"] = eager_graph_ms(model, batch) if model is not None else float("nan")
+            row["ort best"] = min(ort_ms(original.SerializeToString(), batch, out_shapes, library=False, prefer_nhwc=p,
+                                         size=size) for p in (False, True))
+            tune(optimized.SerializeToString(), batch, size)
+            row["epifuse"] = ort_ms(optimized.SerializeToString(), batch, out_shapes, library=True, prefer_nhwc=False,
+                                    size=size)
+            row["torch eager"] = eager_graph_ms(model, batch, size) if model is not None else float("nan")
             row["vs ort"] = row["ort best"] / row["epifuse"]
             row["vs torch"] = row["torch eager"] / row["epifuse"]
             rows.append(row)

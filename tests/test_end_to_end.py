@@ -189,3 +189,17 @@ def test_cli_demo(tmp_path, capsys):
     assert main(["demo", "--output-dir", str(tmp_path)]) == 0
     assert "PASS" in capsys.readouterr().out
     assert (tmp_path / f"{zoo.DEFAULT_MODEL}.epifuse.onnx").exists()
+
+
+def test_full_size_yolov8s_fuses_every_conv_and_verifies():
+    from models.yolo import yolov8
+
+    original = validate(yolov8("s", batch=1, size=320))
+    optimized, report = optimize_model(original)
+    result = verify(original, optimized, precision="fp32")
+    assert result["passed"], result
+    ops = [n.op_type for n in optimized.graph.node]
+    assert ops.count(contract.OP_TYPE) == [n.op_type for n in original.graph.node].count("Conv") == 63
+    assert "Sigmoid" not in ops and "BatchNormalization" not in ops
+    assert report.fusions["silu/post"] == 6  # the backbone C2f bottlenecks' shortcuts
+    assert _transposes_inside_regions(optimized) == []
