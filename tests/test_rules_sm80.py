@@ -8,7 +8,7 @@ import pytest
 from optimizer import registry
 from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
 
-ALIGNED = ["128x128x64_3st", "128x64x64_4st", "64x64x64_4st"]
+ALIGNED = ["64x64x64_4st", "128x64x64_4st", "128x128x64_3st"]
 FEWCH = "fewch_128x64x32_2st"
 UNALIGNED = "unaligned_64x64x32_2st"
 DTYPES = {FLOAT16: "f16", BFLOAT16: "bf16"}

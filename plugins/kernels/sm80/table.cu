@@ -6,9 +6,9 @@ namespace epifuse::cuda {
 namespace sm80 {
 #define EPIFUSE_SM80_CONFIGS(X) \
   X(fixed8_128x64x32_3st)       \
-  X(128x128x64_3st)             \
-  X(128x64x64_4st)              \
   X(64x64x64_4st)               \
+  X(128x64x64_4st)              \
+  X(128x128x64_3st)             \
   X(fewch_128x64x32_2st)        \
   X(unaligned_64x64x32_2st)
 #define EPIFUSE_SM80_DECLARE(cfg) KernelImpl f16_##cfg(); KernelImpl bf16_##cfg();
