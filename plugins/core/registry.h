@@ -1,7 +1,11 @@
 // The one list of FusedConv kernels and the problems each can run. The optimizer asks it
 // (through the C ABI) before fusing, so a fused node always has a kernel on its target.
 #pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conv_problem.h"
@@ -16,6 +20,23 @@ struct KernelDescriptor {
   // Compute capabilities (major*10+minor) the kernel's code runs on; 0/0 for CPU kernels.
   int min_sm = 0, max_sm = 0;
 };
+
+// Helpers of the can_implement rules (rules_*.cc).
+// The product of non-negative factors, saturated at INT64_MAX: size checks that cannot overflow.
+inline int64_t saturating_product(std::initializer_list<int64_t> factors) {
+  int64_t r = 1;
+  for (int64_t f : factors) {
+    if (f != 0 && r > std::numeric_limits<int64_t>::max() / f) return std::numeric_limits<int64_t>::max();
+    r *= f;
+  }
+  return r;
+}
+
+// Sets the why-not reason and returns false, so a rule reads `return reject(why, "...")`.
+inline bool reject(std::string* why, std::string reason) {
+  *why = std::move(reason);
+  return false;
+}
 
 // Every kernel, best first: the heuristic choice is the first that can run a problem.
 const std::vector<KernelDescriptor>& kernel_registry();

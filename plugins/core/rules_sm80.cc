@@ -57,53 +57,40 @@ constexpr Config kConfigs[] = {
 };
 constexpr int kAlign = 8;  // 128-bit accesses of 16-bit elements
 
-// a*b*c*d saturated at INT64_MAX (all factors >= 0).
-int64_t product(std::initializer_list<int64_t> factors) {
-  int64_t r = 1;
-  for (int64_t f : factors) {
-    if (f != 0 && r > std::numeric_limits<int64_t>::max() / f) return std::numeric_limits<int64_t>::max();
-    r *= f;
-  }
-  return r;
-}
 
 bool aligned_ok(const ConvProblem& p) { return p.C % kAlign == 0 && p.K % kAlign == 0 && p.R <= 32 && p.S <= 32; }
 bool few_channels_ok(const ConvProblem& p) { return p.C < kAlign && p.K % kAlign == 0; }
 
-bool fail(std::string* why, std::string message) {
-  *why = std::move(message);
-  return false;
-}
 
 bool can_implement(const Config& cfg, const ConvProblem& p, std::string* why) {
   if (p.dtype != cfg.dtype)
-    return fail(why, std::string("dtype ") + dtype_name(p.dtype) + " (this kernel is " + dtype_name(cfg.dtype) + ")");
-  if (p.attr.group != 1) return fail(why, "group " + std::to_string(p.attr.group) + " (only group 1)");
-  if (p.C < 0 || p.K < 0 || p.R < 0 || p.S < 0) return fail(why, "C, K, R and S must be known");
+    return reject(why, std::string("dtype ") + dtype_name(p.dtype) + " (this kernel is " + dtype_name(cfg.dtype) + ")");
+  if (p.attr.group != 1) return reject(why, "group " + std::to_string(p.attr.group) + " (only group 1)");
+  if (p.C < 0 || p.K < 0 || p.R < 0 || p.S < 0) return reject(why, "C, K, R and S must be known");
 
   switch (cfg.kind) {
     case Kind::kFixed8:  // CUTLASS kFixedChannels: one access holds every channel of a pixel
       if (p.C != kAlign || p.K % kAlign != 0)
-        return fail(why, "C = " + std::to_string(p.C) + ", K = " + std::to_string(p.K) +
+        return reject(why, "C = " + std::to_string(p.C) + ", K = " + std::to_string(p.K) +
                              " (fixed-channel kernel: C == 8, K a multiple of 8)");
-      if (p.R > 32 || p.S > 32) return fail(why, "filter larger than 32x32");
+      if (p.R > 32 || p.S > 32) return reject(why, "filter larger than 32x32");
       break;
     case Kind::kAligned:
       if (p.C % cfg.align != 0 || p.K % cfg.align != 0)
-        return fail(why, "C = " + std::to_string(p.C) + ", K = " + std::to_string(p.K) + " (both must be multiples of " +
+        return reject(why, "C = " + std::to_string(p.C) + ", K = " + std::to_string(p.K) + " (both must be multiples of " +
                              std::to_string(cfg.align) + " for 128-bit accesses)");
       if (p.R > 32 || p.S > 32)
-        return fail(why, "filter " + std::to_string(p.R) + "x" + std::to_string(p.S) +
+        return reject(why, "filter " + std::to_string(p.R) + "x" + std::to_string(p.S) +
                              " (the optimized iterator takes R, S <= 32)");
       break;
     case Kind::kFewChannels:
-      if (p.C >= kAlign) return fail(why, "C = " + std::to_string(p.C) + " (few-channel kernel: C < 8)");
+      if (p.C >= kAlign) return reject(why, "C = " + std::to_string(p.C) + " (few-channel kernel: C < 8)");
       if (p.K % kAlign != 0)
-        return fail(why, "K = " + std::to_string(p.K) + " (few-channel kernel: K must be a multiple of 8)");
+        return reject(why, "K = " + std::to_string(p.K) + " (few-channel kernel: K must be a multiple of 8)");
       break;
     case Kind::kUnaligned:
-      if (aligned_ok(p)) return fail(why, "channels aligned: the TensorOp tile kernels run this");
-      if (few_channels_ok(p)) return fail(why, "C < 8 and K % 8 == 0: the few-channel kernel runs this");
+      if (aligned_ok(p)) return reject(why, "channels aligned: the TensorOp tile kernels run this");
+      if (few_channels_ok(p)) return reject(why, "C < 8 and K % 8 == 0: the few-channel kernel runs this");
       break;
   }
 
@@ -112,18 +99,18 @@ bool can_implement(const Config& cfg, const ConvProblem& p, std::string* why) {
   const ConvAttributes& a = p.attr;
   for (int64_t v : {a.stride_h, a.stride_w, a.dil_h, a.dil_w, a.pad_top, a.pad_left, a.pad_bottom, a.pad_right,
                     p.C, p.K, p.R, p.S})
-    if (v > kInt32Max) return fail(why, "an attribute or extent does not fit int32");
-  if (p.H >= 0 && p.H + a.pad_top + a.pad_bottom > kInt32Max) return fail(why, "H + pads does not fit int32");
-  if (p.W >= 0 && p.W + a.pad_left + a.pad_right > kInt32Max) return fail(why, "W + pads does not fit int32");
+    if (v > kInt32Max) return reject(why, "an attribute or extent does not fit int32");
+  if (p.H >= 0 && p.H + a.pad_top + a.pad_bottom > kInt32Max) return reject(why, "H + pads does not fit int32");
+  if (p.W >= 0 && p.W + a.pad_left + a.pad_right > kInt32Max) return reject(why, "W + pads does not fit int32");
 
   // CUTLASS can_implement: each tensor under 2 GiB (int32 offsets), grid.y <= 65535.
   const int64_t kBytes = p.dtype == DType::kFloat ? 4 : 2;
-  if (product({p.K, p.R, p.S, p.C, kBytes}) >= kTwoGiB) return fail(why, "filter tensor of 2 GiB or more");
+  if (saturating_product({p.K, p.R, p.S, p.C, kBytes}) >= kTwoGiB) return reject(why, "filter tensor of 2 GiB or more");
   if (p.N >= 0 && p.H >= 0 && p.W >= 0) {
-    if (product({p.N, p.H, p.W, p.C, kBytes}) >= kTwoGiB) return fail(why, "input tensor of 2 GiB or more");
-    if (product({p.N, p.P(), p.Q(), p.K, kBytes}) >= kTwoGiB) return fail(why, "output tensor of 2 GiB or more");
+    if (saturating_product({p.N, p.H, p.W, p.C, kBytes}) >= kTwoGiB) return reject(why, "input tensor of 2 GiB or more");
+    if (saturating_product({p.N, p.P(), p.Q(), p.K, kBytes}) >= kTwoGiB) return reject(why, "output tensor of 2 GiB or more");
   }
-  if ((p.K + cfg.tile_n - 1) / cfg.tile_n > 65535) return fail(why, "K too large for the grid (grid.y > 65535)");
+  if ((p.K + cfg.tile_n - 1) / cfg.tile_n > 65535) return reject(why, "K too large for the grid (grid.y > 65535)");
   return true;
 }
 

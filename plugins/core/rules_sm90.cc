@@ -30,44 +30,31 @@ constexpr int64_t kElementBytes = 2;                   // fp16 / bf16
 
 bool known(int64_t v) { return v >= 0; }
 
-// Product of non-negative factors, saturated at INT64_MAX.
-int64_t product(std::initializer_list<int64_t> factors) {
-  int64_t r = 1;
-  for (int64_t f : factors) {
-    if (f != 0 && r > std::numeric_limits<int64_t>::max() / f) return std::numeric_limits<int64_t>::max();
-    r *= f;
-  }
-  return r;
-}
 
-bool fail(std::string* why, std::string reason) {
-  *why = std::move(reason);
-  return false;
-}
 
 // What every SM90 kernel needs: its dtype, group 1, 16-byte aligned C and K rows, int32 extents.
 bool common_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
   if (p.dtype != dtype)
-    return fail(why, std::string("dtype ") + dtype_name(p.dtype) + " (kernel is " + dtype_name(dtype) + ")");
-  if (p.attr.group != 1) return fail(why, "group " + std::to_string(p.attr.group) + " (needs 1)");
-  if (!known(p.C) || !known(p.K) || !known(p.R) || !known(p.S)) return fail(why, "C, K, R and S must be known");
+    return reject(why, std::string("dtype ") + dtype_name(p.dtype) + " (kernel is " + dtype_name(dtype) + ")");
+  if (p.attr.group != 1) return reject(why, "group " + std::to_string(p.attr.group) + " (needs 1)");
+  if (!known(p.C) || !known(p.K) || !known(p.R) || !known(p.S)) return reject(why, "C, K, R and S must be known");
   if (p.C % 8 != 0)
-    return fail(why, "C = " + std::to_string(p.C) + " not a multiple of 8 (TMA needs 16-byte rows)");
+    return reject(why, "C = " + std::to_string(p.C) + " not a multiple of 8 (TMA needs 16-byte rows)");
   if (p.K % 8 != 0)
-    return fail(why, "K = " + std::to_string(p.K) + " not a multiple of 8 (TMA store needs 16-byte rows)");
+    return reject(why, "K = " + std::to_string(p.K) + " not a multiple of 8 (TMA store needs 16-byte rows)");
   for (int64_t v : {p.N, p.H, p.W, p.C, p.K, p.R, p.S})
-    if (v > kInt32Max) return fail(why, "an extent exceeds INT32_MAX");
+    if (v > kInt32Max) return reject(why, "an extent exceeds INT32_MAX");
   return true;
 }
 
 bool gemm1x1_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
   if (!common_can_implement(p, dtype, why)) return false;
   const ConvAttributes& a = p.attr;
-  if (p.R != 1 || p.S != 1) return fail(why, "not a 1x1 filter");
-  if (a.stride_h != 1 || a.stride_w != 1) return fail(why, "stride != 1");
-  if (a.pad_top || a.pad_left || a.pad_bottom || a.pad_right) return fail(why, "padding != 0");
-  if (known(p.N) && known(p.H) && known(p.W) && product({p.N, p.H, p.W}) > kInt32Max)
-    return fail(why, "N*H*W exceeds INT32_MAX (GEMM M is int)");
+  if (p.R != 1 || p.S != 1) return reject(why, "not a 1x1 filter");
+  if (a.stride_h != 1 || a.stride_w != 1) return reject(why, "stride != 1");
+  if (a.pad_top || a.pad_left || a.pad_bottom || a.pad_right) return reject(why, "padding != 0");
+  if (known(p.N) && known(p.H) && known(p.W) && saturating_product({p.N, p.H, p.W}) > kInt32Max)
+    return reject(why, "N*H*W exceeds INT32_MAX (GEMM M is int)");
   return true;
 }
 
@@ -75,15 +62,15 @@ template <int kTileN>
 bool conv_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
   if (!common_can_implement(p, dtype, why)) return false;
   const ConvAttributes& a = p.attr;
-  if (a.stride_h > 8 || a.stride_w > 8) return fail(why, "stride > 8 (TMA im2col element strides are 1..8)");
+  if (a.stride_h > 8 || a.stride_w > 8) return reject(why, "stride > 8 (TMA im2col element strides are 1..8)");
   for (int64_t pad : {a.pad_top, a.pad_left, a.pad_bottom, a.pad_right})
-    if (pad < 0 || pad > 256) return fail(why, "padding outside [0, 256] (TMA im2col)");
-  if (a.dil_h > kInt32Max || a.dil_w > kInt32Max) return fail(why, "dilation exceeds INT32_MAX");
+    if (pad < 0 || pad > 256) return reject(why, "padding outside [0, 256] (TMA im2col)");
+  if (a.dil_h > kInt32Max || a.dil_w > kInt32Max) return reject(why, "dilation exceeds INT32_MAX");
   if ((known(p.H) && p.H + a.pad_top + a.pad_bottom > kInt32Max) ||
       (known(p.W) && p.W + a.pad_left + a.pad_right > kInt32Max))
-    return fail(why, "padded input extent exceeds INT32_MAX");
+    return reject(why, "padded input extent exceeds INT32_MAX");
   // Lower corner = -pad_begin, upper corner = pad_end - (R-1)*dil, each in [-128, 127].
-  if (a.pad_top > 128 || a.pad_left > 128) return fail(why, "top/left padding > 128 (TMA im2col lower corner)");
+  if (a.pad_top > 128 || a.pad_left > 128) return reject(why, "top/left padding > 128 (TMA im2col lower corner)");
   struct Axis {
     int64_t extent, dil, pad_end;
     const char* name;
@@ -91,23 +78,23 @@ bool conv_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
   for (const Axis& ax : {Axis{p.R, a.dil_h, a.pad_bottom, "R"}, Axis{p.S, a.dil_w, a.pad_right, "S"}}) {
     const int64_t span = (ax.extent - 1) * ax.dil;
     if (span > 254)
-      return fail(why, std::string("(") + ax.name + "-1)*dilation = " + std::to_string(span) +
+      return reject(why, std::string("(") + ax.name + "-1)*dilation = " + std::to_string(span) +
                            " > 254 (TMA im2col filter offsets)");
     const int64_t upper = ax.pad_end - span;
     if (upper < -128 || upper > 127)
-      return fail(why, std::string("TMA im2col upper corner (pad_end - (") + ax.name + "-1)*dilation = " +
+      return reject(why, std::string("TMA im2col upper corner (pad_end - (") + ax.name + "-1)*dilation = " +
                            std::to_string(upper) + ") outside [-128, 127]");
   }
   const int64_t P = p.P(), Q = p.Q();
-  if (known(p.N) && known(P) && known(Q) && product({p.N, P, Q}) > kInt32Max)
-    return fail(why, "N*P*Q exceeds INT32_MAX");
-  if (known(p.H) && known(p.W) && known(p.C) && product({p.H, p.W, p.C, kElementBytes}) >= kTmaStrideLimit)
-    return fail(why, "H*W*C too large for a TMA stride");
-  if (known(P) && known(Q) && known(p.K) && product({P, Q, p.K, kElementBytes}) >= kTmaStrideLimit)
-    return fail(why, "P*Q*K too large for a TMA stride");
-  if (product({p.R, p.S, p.C, kElementBytes}) >= kTmaStrideLimit)
-    return fail(why, "R*S*C too large for a TMA stride");
-  if ((p.K + kTileN - 1) / kTileN > 65535) return fail(why, "K too large (grid y > 65535)");
+  if (known(p.N) && known(P) && known(Q) && saturating_product({p.N, P, Q}) > kInt32Max)
+    return reject(why, "N*P*Q exceeds INT32_MAX");
+  if (known(p.H) && known(p.W) && known(p.C) && saturating_product({p.H, p.W, p.C, kElementBytes}) >= kTmaStrideLimit)
+    return reject(why, "H*W*C too large for a TMA stride");
+  if (known(P) && known(Q) && known(p.K) && saturating_product({P, Q, p.K, kElementBytes}) >= kTmaStrideLimit)
+    return reject(why, "P*Q*K too large for a TMA stride");
+  if (saturating_product({p.R, p.S, p.C, kElementBytes}) >= kTmaStrideLimit)
+    return reject(why, "R*S*C too large for a TMA stride");
+  if ((p.K + kTileN - 1) / kTileN > 65535) return reject(why, "K too large (grid y > 65535)");
   return true;
 }
 
