@@ -118,6 +118,8 @@ std::vector<KernelDescriptor> sm90_kernel_rules() {
       {"sm90_bf16_gemm1x1_128x128_pingpong", kCudaTargets, bf16_gemm1x1, kSm, kSm},
       {"sm90_f16_conv_128x64x64_c2x1", kCudaTargets, f16_conv_n64, kSm, kSm},
       {"sm90_bf16_conv_128x64x64_c2x1", kCudaTargets, bf16_conv_n64, kSm, kSm},
+      {"sm90_f16_conv_128x64x64_c2x1_2cta", kCudaTargets, f16_conv_n64, kSm, kSm},
+      {"sm90_bf16_conv_128x64x64_c2x1_2cta", kCudaTargets, bf16_conv_n64, kSm, kSm},
       {"sm90_f16_conv_128x128x64_c1x1", kCudaTargets, f16_conv_n128, kSm, kSm},
       {"sm90_bf16_conv_128x128x64_c1x1", kCudaTargets, bf16_conv_n128, kSm, kSm},
   };

@@ -49,17 +49,6 @@ using ElementCompute = float;
 constexpr int kAlign16 = 8;  // 16-bit elements per 16 bytes: TMA rows and the bias vector load
 
 // ------------------------------------------------------------------------------------------------
-// The compute node's functor. Sm90Compute takes `ComputeFn<ElementCompute>::Arguments` as the
-// node's runtime arguments and calls `ComputeFn<Array<ElementCompute, N>>{}(inputs..., args)`
-// (sm90_visitor_compute_tma_warpspecialized.hpp), so both carry the same Arguments type.
-template <class T>
-struct FusedEpilogueFn {
-  using Arguments = Epilogue;
-  CUTLASS_DEVICE T operator()(T const& acc, T const& bias, T const& z, Arguments const& e) const {
-    return e(acc, bias, z);
-  }
-};
-
 // Device activations for the epilogue, with the contract's formulas (activation.h) but the
 // GPU's approximate exp / reciprocal / tanh (ex2, rcp, tanh.approx): output is 16-bit, and the accurate libm paths (IEEE
 // division, expf) made SiLU cost 2.5x the whole identity kernel on the anchor layers.
@@ -101,54 +90,106 @@ struct Elu {
 struct Softplus {
   CUTLASS_DEVICE float operator()(float x) const { return softplus(x); }
 };
+
+// The device functor of activation kind K, with the node's parameters.
+template <ActivationKind K>
+CUTLASS_DEVICE auto activation(act::Runtime const& a) {
+  if constexpr (K == ActivationKind::kIdentity) return act::Identity{};
+  else if constexpr (K == ActivationKind::kRelu) return act::Relu{};
+  else if constexpr (K == ActivationKind::kLeakyRelu) return act::LeakyRelu{a.p0};
+  else if constexpr (K == ActivationKind::kClip) return act::Clip{a.p0, a.p1};
+  else if constexpr (K == ActivationKind::kSigmoid) return Sigmoid{};
+  else if constexpr (K == ActivationKind::kTanh) return Tanh{};
+  else if constexpr (K == ActivationKind::kSilu) return Silu{};
+  else if constexpr (K == ActivationKind::kHardSigmoid) return HardSigmoid{a.p0, a.p1};
+  else if constexpr (K == ActivationKind::kHardSwish) return HardSwish{};
+  else if constexpr (K == ActivationKind::kGelu) return Gelu{};
+  else if constexpr (K == ActivationKind::kGeluTanh) return GeluTanh{};
+  else if constexpr (K == ActivationKind::kMish) return Mish{};
+  else if constexpr (K == ActivationKind::kElu) return Elu{a.p0};
+  else return Softplus{};
+}
 }  // namespace fast
+
+// Which activations an instantiation's epilogue carries. AnyActivation: all 14, chosen at run
+// time, one switch per fragment (one kernel serves every node, but the switch's code costs
+// registers: 168 in the 128x64 conv). OnlyActivation<K>: just K (the registry's rule admits only
+// K), which leaves room for two CTAs per SM. Both call f(functor).
+struct AnyActivation {
+  template <class F>
+  CUTLASS_DEVICE static auto dispatch(act::Runtime const& a, F&& f) {
+    switch (a.kind) {
+      case ActivationKind::kIdentity: return f(fast::activation<ActivationKind::kIdentity>(a));
+      case ActivationKind::kRelu: return f(fast::activation<ActivationKind::kRelu>(a));
+      case ActivationKind::kLeakyRelu: return f(fast::activation<ActivationKind::kLeakyRelu>(a));
+      case ActivationKind::kClip: return f(fast::activation<ActivationKind::kClip>(a));
+      case ActivationKind::kSigmoid: return f(fast::activation<ActivationKind::kSigmoid>(a));
+      case ActivationKind::kTanh: return f(fast::activation<ActivationKind::kTanh>(a));
+      case ActivationKind::kSilu: return f(fast::activation<ActivationKind::kSilu>(a));
+      case ActivationKind::kHardSigmoid: return f(fast::activation<ActivationKind::kHardSigmoid>(a));
+      case ActivationKind::kHardSwish: return f(fast::activation<ActivationKind::kHardSwish>(a));
+      case ActivationKind::kGelu: return f(fast::activation<ActivationKind::kGelu>(a));
+      case ActivationKind::kGeluTanh: return f(fast::activation<ActivationKind::kGeluTanh>(a));
+      case ActivationKind::kMish: return f(fast::activation<ActivationKind::kMish>(a));
+      case ActivationKind::kElu: return f(fast::activation<ActivationKind::kElu>(a));
+      case ActivationKind::kSoftplus: return f(fast::activation<ActivationKind::kSoftplus>(a));
+    }
+    return f(act::Identity{});
+  }
+};
+
+template <ActivationKind K>
+struct OnlyActivation {
+  template <class F>
+  CUTLASS_DEVICE static auto dispatch(act::Runtime const& a, F&& f) {
+    return f(fast::activation<K>(a));
+  }
+};
+
+// ------------------------------------------------------------------------------------------------
+// The compute node's functor. Sm90Compute takes `ComputeFn<ElementCompute>::Arguments` as the
+// node's runtime arguments and calls `ComputeFn<Array<ElementCompute, N>>{}(inputs..., args)`
+// (sm90_visitor_compute_tma_warpspecialized.hpp), so both carry the same Arguments type.
+template <class T, class Acts>
+struct FusedEpilogueFn {
+  using Arguments = Epilogue;
+  CUTLASS_DEVICE T operator()(T const& acc, T const& bias, T const& z, Arguments const& e) const {
+    return e(acc, bias, z);
+  }
+};
 
 // The activation and residual switches are taken once per fragment, not per element: each
 // (activation, residual) pair gets its own straight-line loop (a per-element switch made the
 // epilogue several times slower on the H200).
-template <int N>
-struct FusedEpilogueFn<cutlass::Array<float, N>> {
+template <int N, class Acts>
+struct FusedEpilogueFn<cutlass::Array<float, N>, Acts> {
   using Arguments = Epilogue;
   using Frag = cutlass::Array<float, N>;
 
-  template <class Act>
-  CUTLASS_DEVICE static Frag apply(Act act, Residual residual, Frag const& acc, Frag const& bias, Frag const& z) {
-    Frag out;
-    // z holds whatever the registers hold when no residual is loaded; it is never read then.
-    if (residual == Residual::kNone) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i]);
-    } else if (residual == Residual::kPre) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i] + z[i]);
-    } else {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i]) + z[i];
-    }
-    return out;
-  }
-
   CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& bias, Frag const& z, Arguments const& e) const {
-    const act::Runtime& a = e.activation;
-    const Residual r = e.residual;
-    switch (a.kind) {
-      case ActivationKind::kIdentity: return apply(act::Identity{}, r, acc, bias, z);
-      case ActivationKind::kRelu: return apply(act::Relu{}, r, acc, bias, z);
-      case ActivationKind::kLeakyRelu: return apply(act::LeakyRelu{a.p0}, r, acc, bias, z);
-      case ActivationKind::kClip: return apply(act::Clip{a.p0, a.p1}, r, acc, bias, z);
-      case ActivationKind::kSigmoid: return apply(fast::Sigmoid{}, r, acc, bias, z);
-      case ActivationKind::kTanh: return apply(fast::Tanh{}, r, acc, bias, z);
-      case ActivationKind::kSilu: return apply(fast::Silu{}, r, acc, bias, z);
-      case ActivationKind::kHardSigmoid: return apply(fast::HardSigmoid{a.p0, a.p1}, r, acc, bias, z);
-      case ActivationKind::kHardSwish: return apply(fast::HardSwish{}, r, acc, bias, z);
-      case ActivationKind::kGelu: return apply(fast::Gelu{}, r, acc, bias, z);
-      case ActivationKind::kGeluTanh: return apply(fast::GeluTanh{}, r, acc, bias, z);
-      case ActivationKind::kMish: return apply(fast::Mish{}, r, acc, bias, z);
-      case ActivationKind::kElu: return apply(fast::Elu{a.p0}, r, acc, bias, z);
-      case ActivationKind::kSoftplus: return apply(fast::Softplus{}, r, acc, bias, z);
-    }
-    return apply(act::Identity{}, r, acc, bias, z);
+    const Residual residual = e.residual;
+    return Acts::dispatch(e.activation, [&](auto act) {
+      Frag out;
+      // z holds whatever the registers hold when no residual is loaded; it is never read then.
+      if (residual == Residual::kNone) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i]);
+      } else if (residual == Residual::kPre) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i] + z[i]);
+      } else {
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i]) + z[i];
+      }
+      return out;
+    });
   }
+};
+
+template <class Acts>
+struct EpilogueFnOf {
+  template <class T>
+  using Fn = FusedEpilogueFn<T, Acts>;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -193,9 +234,9 @@ struct ResidualFetch : cutlass::epilogue::fusion::Sm90SrcFetch<Element> {
 };
 
 // The FusedConv EVT for a CTA tile; per-output-channel bias = GEMM column (N) broadcast.
-template <class CtaTile, class ElementOut>
+template <class CtaTile, class ElementOut, class Acts>
 using FusedEvt = cutlass::epilogue::fusion::Sm90EVT<
-    cutlass::epilogue::fusion::Sm90Compute<FusedEpilogueFn, ElementOut, ElementCompute,
+    cutlass::epilogue::fusion::Sm90Compute<EpilogueFnOf<Acts>::template Fn, ElementOut, ElementCompute,
                                            cutlass::FloatRoundStyle::round_to_nearest>,
     cutlass::epilogue::fusion::Sm90AccFetch,
     cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTile, ElementOut, ElementCompute,
@@ -260,6 +301,13 @@ Status run_op(const char* kernel, typename Op::Arguments const& args, void* work
   EPIFUSE_RETURN_IF_ERROR(check_cutlass(kernel, "run", op.run(stream)));
   return check_launch(kernel, cudaGetLastError());
 }
+
+// A CUTLASS kernel whose cutlass::device_kernel launch bounds ask for `kMinBlocks` CTAs per SM
+// (CUTLASS's kernels say 1; -maxrregcount cannot override __launch_bounds__).
+template <class Kernel, uint32_t kMinBlocks>
+struct WithMinBlocksPerSm : Kernel {
+  static constexpr uint32_t MinBlocksPerMultiprocessor = kMinBlocks;
+};
 
 // Per-SM shared memory of sm_90 (228 KiB) shared by two CTAs, less 1 KiB the hardware reserves
 // per CTA: the budget of a configuration that must fit twice per SM.

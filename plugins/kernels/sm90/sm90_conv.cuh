@@ -13,9 +13,12 @@
 
 namespace epifuse::cuda::sm90 {
 
-// kTwoCtas: pick the stage count so that two CTAs share an SM (shared memory budget
-// kTwoCtaSmemBytes); otherwise the builder's automatic count (all of one SM's shared memory).
-template <DType kDType, class Tile, class Cluster, bool kTwoCtas>
+// kTwoCtas: two CTAs share an SM, so one CTA's epilogue overlaps the other's mainloop (this
+// kernel is not persistent: CUTLASS 4.2 has no persistent conv schedule): a stage count that fits
+// shared memory twice (kTwoCtaSmemBytes) and __launch_bounds__(threads, 2), which caps ptxas at
+// 128 registers. Otherwise the builder's automatic stage count (all of one SM's shared memory).
+// Acts: the activations the epilogue carries (AnyActivation or OnlyActivation<K>).
+template <DType kDType, class Tile, class Cluster, bool kTwoCtas, class Acts = AnyActivation>
 struct ConvConfig {
   using Element = typename ElementOf<kDType>::type;
   using Layout = cutlass::layout::TensorNHWC;  // KRSC filters use the NHWC tag too
@@ -25,7 +28,7 @@ struct ConvConfig {
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute,
       Element, Layout, kAlign16,   // C = residual Z
       Element, Layout, kAlign16,   // D = Y
-      cutlass::epilogue::TmaWarpSpecialized, FusedEvt<Tile, Element>>::CollectiveOp;
+      cutlass::epilogue::TmaWarpSpecialized, FusedEvt<Tile, Element, Acts>>::CollectiveOp;
 
   static constexpr int kEpilogueSmem = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
   static constexpr int kStageBytes =
@@ -43,7 +46,8 @@ struct ConvConfig {
 
   using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop,
                                                        Mainloop::DispatchPolicy::NumSpatialDimensions>;
-  using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Kernel = WithMinBlocksPerSm<cutlass::conv::kernel::ConvUniversal<ProblemShape, Mainloop, Epilogue>,
+                                    kTwoCtas ? 2 : 1>;
   using Op = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 
   static_assert(!kTwoCtas || kTwoCtaStages >= 3, "two CTAs per SM leave fewer than 3 stages");

@@ -24,7 +24,7 @@ struct Pingpong {
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 
-template <DType kDType, class Tile, class Cluster, class Schedule>
+template <DType kDType, class Tile, class Cluster, class Schedule, class Acts = AnyActivation>
 struct GemmConfig {
   using Element = typename ElementOf<kDType>::type;
   using LayoutA = cutlass::layout::RowMajor;     // X [M, C]
@@ -35,7 +35,7 @@ struct GemmConfig {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute,
       Element, LayoutC, kAlign16, Element, LayoutC, kAlign16,
-      typename Schedule::Epilogue, FusedEvt<Tile, Element>>::CollectiveOp;
+      typename Schedule::Epilogue, FusedEvt<Tile, Element, Acts>>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

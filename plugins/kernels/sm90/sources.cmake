@@ -13,7 +13,9 @@ if(has_sm90a)
     ${sm90_dir}/conv_128x128x64_c1x1_f16.cu
     ${sm90_dir}/conv_128x128x64_c1x1_bf16.cu
     ${sm90_dir}/conv_128x64x64_c2x1_f16.cu
-    ${sm90_dir}/conv_128x64x64_c2x1_bf16.cu)
+    ${sm90_dir}/conv_128x64x64_c2x1_bf16.cu
+    ${sm90_dir}/conv_128x64x64_c2x1_2cta_f16.cu
+    ${sm90_dir}/conv_128x64x64_c2x1_2cta_bf16.cu)
   set_target_properties(epifuse_sm90 PROPERTIES CUDA_ARCHITECTURES OFF POSITION_INDEPENDENT_CODE ON)
   target_compile_options(epifuse_sm90 PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++17 -O3 -DNDEBUG
                          --expt-relaxed-constexpr -Xcompiler=-fPIC,-fvisibility=hidden
