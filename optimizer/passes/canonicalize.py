@@ -1,5 +1,7 @@
 """Canonicalize: one spelling for things exporters write several ways, so the rewrites that
-follow match one form. Constant nodes become initializers; Conv auto_pad becomes explicit pads;
+follow match one form. Constant nodes become initializers, and so do Identity nodes of a constant
+(torch.onnx writes deduplicated weights that way: a ResNet-50 export reads 47 of its conv biases
+through Identity); Conv auto_pad becomes explicit pads;
 a constant per-channel Add right after a Conv becomes the Conv's bias. Activation formulations
 are recognised by optimizer.activations where they are fused."""
 from __future__ import annotations
@@ -25,6 +27,18 @@ def constants_to_initializers(graph: gs.Graph, report: Report) -> None:
         replace_uses(graph, out, const)
         node.outputs.clear()
         report.canonicalized["Constant → initializer"] += 1
+
+
+def constant_identities(graph: gs.Graph, report: Report) -> None:
+    for node in graph.nodes:
+        if node.op != "Identity" or len(node.outputs) != 1 or not isinstance(node.inputs[0], gs.Constant):
+            continue
+        out = node.outputs[0]
+        if any(o is out for o in graph.outputs):
+            continue
+        replace_uses(graph, out, node.inputs[0])
+        node.outputs.clear()
+        report.canonicalized["Identity of a constant → the constant"] += 1
 
 
 def _same_pads(size: int, kernel: int, stride: int, dilation: int, upper: bool) -> tuple[int, int]:
@@ -90,6 +104,7 @@ def bias_add_into_conv(graph: gs.Graph, report: Report) -> None:
 
 def canonicalize(graph: gs.Graph, report: Report) -> gs.Graph:
     constants_to_initializers(graph, report)
+    constant_identities(graph, report)
     resolve_auto_pad(graph, report)
     bias_add_into_conv(graph, report)
     return graph.cleanup(remove_unused_graph_inputs=False)
