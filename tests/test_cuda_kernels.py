@@ -84,6 +84,8 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (1, 20, 17, 64, 128, 1, 1, (2, 2), (0, 0, 0, 0), (1, 1), 1),
     (2, 12, 12, 16, 16, 3, 3, (3, 3), (2, 2, 2, 2), (2, 2), 1),
     (1, 33, 35, 3, 32, 7, 7, (2, 2), (3, 3, 3, 3), (1, 1), 1),     # few-channel stem
+    (2, 19, 23, 3, 24, 3, 3, (2, 1), (0, 2, 1, 1), (2, 1), 1),     # RGB stem: stride, dilation, asymmetric pads
+    (1, 28, 30, 1, 16, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1),     # one channel (grayscale)
     (1, 16, 16, 4, 16, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1),
     (2, 9, 10, 12, 20, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),     # unaligned channels
     (2, 14, 14, 24, 36, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3),    # grouped
@@ -120,6 +122,18 @@ def test_activations_and_residuals(dtype, act, residual):
 def test_residual_depthwise_and_fp32(residual):
     _run_all("float32", 2, 9, 9, 16, 16, 3, 3, pads=(1, 1, 1, 1), group=16, residual=residual, act="relu")
     _run_all("float16", 1, 9, 9, 16, 32, 3, 3, pads=(1, 1, 1, 1), residual=residual, act="mish")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("residual", ["pre", "post"])
+def test_rgb_stems_with_residual(dtype, residual):
+    """Few-channel stems (im2col + GEMM, channel padding, few-channel kernels) with Z: stride,
+    dilation and asymmetric pads; then ResNet-50's stem at batch 5, which the im2col kernels run
+    in chunks of 4 images and 1 (the last chunk's Y and Z at an offset)."""
+    _run_all(dtype, 2, 19, 23, 3, 24, 3, 3, stride=(2, 1), pads=(0, 2, 1, 1), dil=(2, 1), act="relu",
+             residual=residual)
+    _run_all(dtype, 5, 224, 224, 3, 64, 7, 7, stride=(2, 2), pads=(3, 3, 3, 3), act="silu", residual=residual,
+             seed=2)
 
 
 def test_a_kernel_that_cannot_run_the_problem_is_refused():

@@ -76,5 +76,5 @@ def test_tune_fills_the_cache_and_later_sessions_use_it(ort_gpu, tmp_path, monke
     lines = cache.read_text().splitlines()
     assert lines and all(len(line.split("\t")) == 3 for line in lines)
     kernels = {line.split("\t")[2] for line in lines}
-    assert all(k.startswith(("sm90_", "sm80_", "pad8_", "cuda_")) for k in kernels)
+    assert all(k.startswith(("sm90_", "sm80_", "im2col_", "pad8_", "cuda_")) for k in kernels)
     assert main(["bench", str(out), "--backend", "ort-cuda", "--batch", "2", "--runs", "5"]) == 0

@@ -47,9 +47,20 @@ std::vector<KernelDescriptor> sm90_kernel_rules();
 std::vector<KernelDescriptor> sm80_kernel_rules();
 std::vector<KernelDescriptor> direct_kernel_rules();
 std::vector<KernelDescriptor> padded_kernel_rules();
+std::vector<KernelDescriptor> im2col_kernel_rules();
 // The channel-padding kernels: the kernel each wraps, and the problem it runs.
 const char* padded_inner_kernel(const char* name);
 ConvProblem channel_padded(const ConvProblem& p);
+// The im2col + GEMM kernels, in one place for the rules and the CUDA code so both see the same
+// GEMM: the 1x1 kernel each wraps (null for another name); the images per chunk (as many as keep
+// the chunk's matrix within ~16 MiB, at least 1, at most N; -1 when N, P or Q is unknown); and the
+// GEMM problem of `images` images: X = their im2col matrix [images*P*Q, Kg] (Kg = R*S*C rounded
+// up to 8), W = the filter as a [K, Kg] matrix, same dtype, activation and residual.
+constexpr int kIm2colKernelCount = 4;
+const char* im2col_kernel_name(int i);  // registry order; null outside [0, kIm2colKernelCount)
+const char* im2col_inner_kernel(const char* name);
+int64_t im2col_chunk_images(const ConvProblem& p);
+ConvProblem im2col_gemm_problem(const ConvProblem& p, int64_t images);
 
 // Kernels for `target` that can run `p` (on a device of compute capability `sm`, or any device
 // when sm is 0). When none, `why` says why (an invalid problem, an unknown target, or each

@@ -11,6 +11,7 @@ KernelImpl depthwise_kernel();
 
 std::vector<KernelImpl> direct_kernels() { return {depthwise_kernel(), direct_kernel()}; }
 std::vector<KernelImpl> padded_kernels();
+std::vector<KernelImpl> im2col_kernels();
 
 #ifndef EPIFUSE_HAVE_SM80_FAMILY
 std::vector<KernelImpl> sm80_kernels() { return {}; }
@@ -22,7 +23,7 @@ std::vector<KernelImpl> sm90_kernels() { return {}; }
 const KernelImpl* find_impl(const char* name) {
   static const std::vector<KernelImpl> all = [] {
     std::vector<KernelImpl> v;
-    for (auto family : {sm90_kernels, padded_kernels, sm80_kernels, direct_kernels})
+    for (auto family : {sm90_kernels, im2col_kernels, padded_kernels, sm80_kernels, direct_kernels})
       for (const KernelImpl& k : family()) v.push_back(k);
     return v;
   }();

@@ -7,24 +7,11 @@
 
 #include "dtype.cuh"
 #include "kernel_api.h"
+#include "pad_copy.cuh"
 #include "registry.h"
 
 namespace epifuse::cuda {
 namespace {
-
-template <class T>
-__global__ void pad_channels(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int c, int c_padded) {
-  const int64_t total = rows * c_padded;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / c_padded;
-    const int ch = int(i - row * c_padded);
-    out[i] = ch < c ? in[row * c + ch] : from_float<T>(0.f);
-  }
-}
-
-size_t element_bytes(DType t) { return t == DType::kFloat ? 4 : 2; }
-
-size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
 struct Layout {
   size_t x_bytes, w_bytes, inner_bytes;
@@ -55,14 +42,8 @@ Status launch(const ConvProblem& p, const Tensors& t, void* workspace, size_t wo
   void* w = base + l.x_bytes;
   visit_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    auto pad = [&](const void* in, void* out, int64_t rows) {
-      const int64_t total = rows * q.C;
-      const int blocks = int(std::min<int64_t>((total + 255) / 256, 1 << 20));
-      pad_channels<T><<<blocks, 256, 0, stream>>>(static_cast<const T*>(in), static_cast<T*>(out), rows, int(p.C),
-                                                  int(q.C));
-    };
-    pad(t.x, x, p.N * p.H * p.W);
-    pad(t.w, w, p.K * p.R * p.S);
+    launch_pad_channels<T>(t.x, x, p.N * p.H * p.W, int(p.C), int(q.C), stream);
+    launch_pad_channels<T>(t.w, w, p.K * p.R * p.S, int(p.C), int(q.C), stream);
   });
   EPIFUSE_RETURN_IF_ERROR(check_launch(kName, cudaGetLastError()));
   return inner->launch(q, {x, w, t.b, t.z, t.y}, base + l.x_bytes + l.w_bytes, l.inner_bytes, stream);
