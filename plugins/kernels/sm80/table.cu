@@ -10,7 +10,8 @@ namespace sm80 {
   X(128x64x64_4st)              \
   X(128x128x64_3st)             \
   X(fewch_128x64x32_2st)        \
-  X(unaligned_64x64x32_2st)
+  X(unaligned_64x64x32_2st)     \
+  X(splitk_64x64x64_4st)
 #define EPIFUSE_SM80_DECLARE(cfg) KernelImpl f16_##cfg(); KernelImpl bf16_##cfg();
 EPIFUSE_SM80_CONFIGS(EPIFUSE_SM80_DECLARE)
 #undef EPIFUSE_SM80_DECLARE
