@@ -24,7 +24,13 @@ struct Pingpong {
   using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 
-template <DType kDType, class Tile, class Cluster, class Schedule, class Acts = AnyActivation>
+// Scheduler: void = the persistent data-parallel scheduler (one CTA per output tile, looping);
+// cutlass::gemm::StreamKScheduler = stream-K / split-K chosen by CUTLASS's heuristic per problem, for
+// problems with fewer output tiles than SMs and a long K loop (batch 1: M = 49..400 rows,
+// C = 512..2048), where the data-parallel grid leaves most SMs idle. Its partial sums are reduced
+// in the workspace before the fused epilogue runs, so the epilogue sees full accumulators.
+template <DType kDType, class Tile, class Cluster, class Schedule, class Scheduler = void,
+          class Acts = AnyActivation>
 struct GemmConfig {
   using Element = typename ElementOf<kDType>::type;
   using LayoutA = cutlass::layout::RowMajor;     // X [M, C]
@@ -44,7 +50,7 @@ struct GemmConfig {
           static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::Mainloop>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
   using Op = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Op::Arguments arguments(const ConvProblem& p, const Tensors& t) {

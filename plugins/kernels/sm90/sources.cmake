@@ -10,6 +10,10 @@ if(has_sm90a)
     ${sm90_dir}/gemm1x1_128x128_pingpong_bf16.cu
     ${sm90_dir}/gemm1x1_128x128_coop_f16.cu
     ${sm90_dir}/gemm1x1_128x128_coop_bf16.cu
+    ${sm90_dir}/gemm1x1_128x128_streamk_f16.cu
+    ${sm90_dir}/gemm1x1_128x128_streamk_bf16.cu
+    ${sm90_dir}/gemm1x1_128x64_pingpong_f16.cu
+    ${sm90_dir}/gemm1x1_128x64_pingpong_bf16.cu
     ${sm90_dir}/conv_128x128x64_c1x1_f16.cu
     ${sm90_dir}/conv_128x128x64_c1x1_bf16.cu
     ${sm90_dir}/conv_128x64x64_c2x1_f16.cu

@@ -1,5 +1,5 @@
 // The CUTLASS 3.x SM90 kernels in this build (sm_90a only; one translation unit per configuration).
-// Names and order match plugins/core/rules_sm90.cc.
+// Names match plugins/core/rules_sm90.cc, whose order is the heuristic preference.
 #include "kernel_api.h"
 
 namespace epifuse::cuda {
@@ -9,6 +9,10 @@ namespace epifuse::cuda {
   X(sm90_bf16_gemm1x1_128x128_coop)          \
   X(sm90_f16_gemm1x1_128x128_pingpong)       \
   X(sm90_bf16_gemm1x1_128x128_pingpong)      \
+  X(sm90_f16_gemm1x1_128x128_streamk)        \
+  X(sm90_bf16_gemm1x1_128x128_streamk)       \
+  X(sm90_f16_gemm1x1_128x64_pingpong)        \
+  X(sm90_bf16_gemm1x1_128x64_pingpong)       \
   X(sm90_f16_conv_128x128x64_c1x1)           \
   X(sm90_bf16_conv_128x128x64_c1x1)          \
   X(sm90_f16_conv_128x64x64_c2x1)            \
