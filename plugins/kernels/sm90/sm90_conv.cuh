@@ -17,7 +17,7 @@ namespace epifuse::cuda::sm90 {
 // kernel is not persistent: CUTLASS 4.2 has no persistent conv schedule): a stage count that fits
 // shared memory twice (kTwoCtaSmemBytes) and __launch_bounds__(threads, 2), which caps ptxas at
 // 128 registers. Otherwise the builder's automatic stage count (all of one SM's shared memory).
-// Acts: the activations the epilogue carries (AnyActivation or OnlyActivation<K>).
+// Acts: the activations the epilogue carries (sm90_common.cuh).
 template <DType kDType, class Tile, class Cluster, bool kTwoCtas, class Acts = AnyActivation>
 struct ConvConfig {
   using Element = typename ElementOf<kDType>::type;
