@@ -1,20 +1,22 @@
 """Whole models on the GPU machine, fp16, in one run: ONNX Runtime's CUDA EP on the original model
 (best of prefer_nhwc on/off, CUDA graph on), ORT's CUDA EP on the epifuse-optimized model (tuned,
-CUDA graph on), and PyTorch eager (CUDA graph). ms per batch.
+CUDA graph on), PyTorch eager (CUDA graph) and, with --compile, torch.compile(mode="max-autotune").
+ms per batch.
 
-    python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--markdown FILE]
+    python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--compile] [--markdown FILE]
 
 Models are torchvision's when torchvision is importable, exported here with torch.onnx (fp16,
 dynamic batch, opset 17); otherwise the ResNet-50 built by models/resnet50.py. YOLOv8 (n/s/m) is
-built by models/yolo.py (no ultralytics on the GPU machine; no PyTorch-eager figure for it). Models
-built in fp32 are converted to fp16 by epifuse's precision pass alone, without fusion, for the
-ORT baseline. Needs onnxruntime-gpu, torch with CUDA and a
-CUDA build of libepifuse_ort.so (EPIFUSE_LIB_DIR). torch.compile is left out: max-autotune takes
-minutes per model (shared/docs/anchors.md), more than a device call allows.
+built by models/yolo.py (no ultralytics on the GPU machine); its PyTorch module is that ONNX graph
+converted by onnx2torch (when installed). Models built in fp32 are converted to fp16 by epifuse's
+precision pass alone, without fusion, for the ORT baseline. Needs onnxruntime-gpu, torch with CUDA
+and a CUDA build of libepifuse_ort.so (EPIFUSE_LIB_DIR). --compile costs minutes per model and
+batch (max-autotune benchmarks Triton templates for every conv shape).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -69,17 +71,84 @@ def eager_graph_ms(model, batch, size=224) -> float:
     return timed(g.replay)
 
 
+def compiled_ms(model, batch, size=224) -> float:
+    """torch.compile max-autotune (Triton/cuDNN templates autotuned per shape, CUDA graphs on)."""
+    torch._dynamo.reset()
+    x = torch.randn(batch, 3, size, size, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
+    compiled = torch.compile(model, mode="max-autotune", dynamic=False)
+    start = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        print(f"  torch.compile: {time.perf_counter() - start:.0f} s to compile", flush=True)
+        return timed(lambda: compiled(x))
+
+
+def yolo_torch_model(original):
+    """The YOLO ONNX graph as a PyTorch module (onnx2torch), or None without onnx2torch."""
+    try:
+        from onnx2torch import convert
+    except ImportError:
+        return None
+    module = convert(original).eval().half().cuda().to(memory_format=torch.channels_last)
+    # onnx2torch's Split reads its `split` sizes with .tolist(): on the GPU that is a device-to-host
+    # copy, which CUDA-graph capture forbids. The model's integer constants are only such sizes.
+    for sub in module.modules():
+        for key, buf in list(sub._buffers.items()):
+            if buf is not None and not buf.is_floating_point():
+                sub._buffers[key] = buf.cpu()
+        for key, value in list(vars(sub).items()):  # fx tensor constants are plain attributes
+            if isinstance(value, torch.Tensor) and not value.is_floating_point():
+                setattr(sub, key, value.cpu())
+    return module
+
+
+def or_nan(fn, *args):
+    """fn(*args), or NaN with the reason printed: one failing baseline must not drop the row."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        print(f"  {fn.__name__} failed: {e!r}"[:300], flush=True)
+        return float("nan")
+
+
+# A model's declared I/O types (an fp32-built model keeps fp32 I/O after the precision pass).
+TORCH_TYPES = {"tensor(float16)": torch.half, "tensor(float)": torch.float32}
+
+
 def ort_ms(model_bytes, batch, out_shapes, *, library, prefer_nhwc, size=224) -> float:
     import onnxruntime as ort
 
     so = session_options() if library else ort.SessionOptions()
     sess = ort.InferenceSession(model_bytes, so, providers=providers_for("ort-cuda", cuda_graph=True,
                                                                          prefer_nhwc=prefer_nhwc))
-    x = torch.randn(batch, 3, size, size, device="cuda", dtype=torch.half)
-    outputs = {o.name: torch.empty(batch, *shape, device="cuda", dtype=torch.half)
+    x = torch.randn(batch, 3, size, size, device="cuda", dtype=TORCH_TYPES[sess.get_inputs()[0].type])
+    outputs = {o.name: torch.empty(batch, *shape, device="cuda", dtype=TORCH_TYPES[o.type])
                for o, shape in zip(sess.get_outputs(), out_shapes)}
     binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, outputs)
     return timed(lambda: sess.run_with_iobinding(binding))
+
+
+def kernel_profile(model_bytes, batch, *, library, size=224, top=20) -> str:
+    """The CUDA kernels one run launches (CUPTI through torch.profiler, CUDA graph off), by total time:
+    where a model's time goes, including ORT's own nodes and copies."""
+    import onnxruntime as ort
+    from torch.profiler import ProfilerActivity, profile
+
+    so = session_options() if library else ort.SessionOptions()
+    sess = ort.InferenceSession(model_bytes, so, providers=providers_for("ort-cuda", prefer_nhwc=not library))
+    x = torch.randn(batch, 3, size, size, device="cuda", dtype=TORCH_TYPES[sess.get_inputs()[0].type])
+    binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, {})
+    for o in sess.get_outputs():
+        binding.bind_output(o.name, "cuda")
+    for _ in range(3):
+        sess.run_with_iobinding(binding)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            sess.run_with_iobinding(binding)
+        torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=70)
 
 
 def tune(model_bytes, batch, size=224):
@@ -87,53 +156,75 @@ def tune(model_bytes, batch, size=224):
 
     os.environ["EPIFUSE_TUNE"] = "1"
     sess = ort.InferenceSession(model_bytes, session_options(), providers=providers_for("ort-cuda"))
-    sess.run(None, {sess.get_inputs()[0].name: torch.randn(batch, 3, size, size).half().numpy()})
+    x = torch.randn(batch, 3, size, size).to(TORCH_TYPES[sess.get_inputs()[0].type])
+    sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
     del os.environ["EPIFUSE_TUNE"]
+
+
+def measure_model(name: str, args, work: Path) -> list[dict]:
+    """The table rows of one model, one per batch size."""
+    rows = []
+    size = 640 if name.startswith("yolo") else 224
+    if name.startswith("yolov8"):  # built in models/ (no ultralytics here); fp16 by the precision pass alone
+        from models.yolo import yolov8
+
+        original = yolov8(name[len("yolov8"):] or "s")
+        model = yolo_torch_model(original)
+    else:
+        try:
+            model = torch_model(name)
+            export(model, work / f"{name}.onnx")
+            original = onnx.load(work / f"{name}.onnx")
+        except ImportError:
+            from models.resnet50 import resnet50
+
+            model, original = None, resnet50()
+    original = onnx.shape_inference.infer_shapes(original)  # optimize_model expects a checked model
+    if original.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
+        original, _ = optimize_model(original, target="ort-cuda", precision="fp16",
+                                     kernel_query=lambda t, d: (0, "baseline: precision only"))
+    optimized, report = optimize_model(original, target="ort-cuda", precision="fp16")
+    print(f"{name}: {report.fused_count()} FusedConv, {report.ops_after.get('Transpose', 0)} Transpose left",
+          flush=True)
+    out_shapes = [[d.dim_value for d in o.type.tensor_type.shape.dim][1:] for o in original.graph.output]
+    for batch in (int(b) for b in args.batches.split(",")):
+        row = {"model": name, "batch": batch}
+        row["ort best"] = min(ort_ms(original.SerializeToString(), batch, out_shapes, library=False, prefer_nhwc=p,
+                                     size=size) for p in (False, True))
+        tune(optimized.SerializeToString(), batch, size)
+        row["epifuse"] = ort_ms(optimized.SerializeToString(), batch, out_shapes, library=True, prefer_nhwc=False,
+                                size=size)
+        row["torch eager"] = or_nan(eager_graph_ms, model, batch, size) if model is not None else float("nan")
+        row["torch.compile"] = or_nan(compiled_ms, model, batch, size) if args.compile and model is not None \
+            else float("nan")
+        torch_best = min(v for v in (row["torch eager"], row["torch.compile"], math.inf) if not math.isnan(v))
+        row["vs ort"] = row["ort best"] / row["epifuse"]
+        row["vs torch"] = torch_best / row["epifuse"] if torch_best < math.inf else float("nan")
+        rows.append(row)
+        print(row, flush=True)
+        if args.profile:
+            for label, data, library in (("ort", original, False), ("epifuse", optimized, True)):
+                print(f"--- {name} batch {batch}: {label}, 5 runs\n"
+                      + kernel_profile(data.SerializeToString(), batch, library=library, size=size), flush=True)
+    return rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="resnet50,yolov8s,mobilenet_v3_large,efficientnet_b0,convnext_tiny")
     ap.add_argument("--batches", default="1,32")
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile max-autotune (minutes)")
+    ap.add_argument("--profile", action="store_true", help="print the CUDA kernels of one run (5 runs summed)")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     rows = []
     work = Path(tempfile.mkdtemp(prefix="epifuse-models-"))
     for name in args.models.split(","):
-        size = 640 if name.startswith("yolo") else 224
-        if name.startswith("yolov8"):  # built in models/ (no ultralytics here); fp16 by the precision pass alone
-            from models.yolo import yolov8
-
-            model, original = None, yolov8(name[len("yolov8"):] or "s")
-        else:
-            try:
-                model = torch_model(name)
-                export(model, work / f"{name}.onnx")
-                original = onnx.load(work / f"{name}.onnx")
-            except ImportError:
-                from models.resnet50 import resnet50
-
-                model, original = None, resnet50()
-        if original.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
-            original, _ = optimize_model(original, target="ort-cuda", precision="fp16",
-                                         kernel_query=lambda t, d: (0, "baseline: precision only"))
-        optimized, report = optimize_model(original, target="ort-cuda", precision="fp16")
-        print(f"{name}: {report.fused_count()} FusedConv, {report.ops_after.get('Transpose', 0)} Transpose left",
-              flush=True)
-        out_shapes = [[d.dim_value for d in o.type.tensor_type.shape.dim][1:] for o in original.graph.output]
-        for batch in (int(b) for b in args.batches.split(",")):
-            row = {"model": name, "batch": batch}
-            row["ort best"] = min(ort_ms(original.SerializeToString(), batch, out_shapes, library=False, prefer_nhwc=p,
-                                         size=size) for p in (False, True))
-            tune(optimized.SerializeToString(), batch, size)
-            row["epifuse"] = ort_ms(optimized.SerializeToString(), batch, out_shapes, library=True, prefer_nhwc=False,
-                                    size=size)
-            row["torch eager"] = eager_graph_ms(model, batch, size) if model is not None else float("nan")
-            row["vs ort"] = row["ort best"] / row["epifuse"]
-            row["vs torch"] = row["torch eager"] / row["epifuse"]
-            rows.append(row)
-            print(row, flush=True)
-    cols = ["ort best", "epifuse", "torch eager", "vs ort", "vs torch"]
+        try:
+            rows += measure_model(name, args, work)
+        except Exception as e:  # report and go on with the next model
+            print(f"{name}: failed: {e!r}"[:300], flush=True)
+    cols = ["ort best", "epifuse", "torch eager", "torch.compile", "vs ort", "vs torch"]
     table = "\n".join(["| model | batch | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
                       + [f"| {r['model']} | {r['batch']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |"
                          for r in rows])
