@@ -1,4 +1,5 @@
-"""The optimizer pipeline: load → canonicalize → fold BN → fuse → layout → precision → cleanup → save."""
+"""The optimizer pipeline: load → canonicalize → fold BN → fuse → layout → GPU pools (ort-cuda fp16) → precision →
+cleanup → save."""
 from __future__ import annotations
 
 import gc
@@ -14,6 +15,7 @@ from .passes.canonicalize import canonicalize
 from .passes.cleanup import cleanup
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
+from .passes.gpu_pools import gpu_pools
 from .passes.layout import layout
 from .passes.load import load_model_split, validate
 from .passes.precision import precision as convert_precision
@@ -84,6 +86,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     if stop_after != "fuse":
         with _timed(report, "layout", progress, free_memory):
             graph = layout(graph, report)
+        with _timed(report, "gpu_pools", progress, free_memory):  # on the NHWC pools layout leaves
+            graph = gpu_pools(graph, report, target, precision)
         with _timed(report, "precision", progress, free_memory):  # after layout: Casts only where regions end
             graph = convert_precision(graph, report, precision, target)
     with _timed(report, "cleanup", progress, free_memory):

@@ -1,0 +1,46 @@
+"""gpu_pools: for ort-cuda at fp16, NHWC global average pools (squeeze-excite, heads)
+become Reshape → MatMul by a 1/(H*W) row → Reshape, with the same result; other targets,
+precisions and dynamic spatial sizes keep ReduceMean."""
+import numpy as np
+import onnx
+import pytest
+
+from models import zoo
+from optimizer.pipeline import optimize_model
+from optimizer.verify import verify
+from tests.helpers import ops
+
+
+def _optimized(target, precision, **kw):
+    original = onnx.shape_inference.infer_shapes(zoo.efficientnet_tiny(**kw))
+    optimized, report = optimize_model(original, target=target, precision=precision)
+    return original, optimized, report
+
+
+def test_squeeze_excite_pools_become_gemvs_with_the_same_result():
+    precision = "fp16"
+    original, optimized, report = _optimized("ort-cuda", precision)
+    # 5 squeeze-excite pools and the head's pool, all inside the NHWC region
+    n = report.canonicalized["NHWC global average pool → GEMV (ort-cuda)"]
+    assert n == 6 and ops(optimized).count("MatMul") == n
+    assert "ReduceMean" not in ops(optimized) and "GlobalAveragePool" not in ops(optimized)
+    inits = {i.name: i for i in optimized.graph.initializer}
+    row = inits[next(n.input[0] for n in optimized.graph.node if n.op_type == "MatMul")]
+    assert len(row.dims) == 2 and row.dims[0] == 1
+    assert row.data_type == onnx.TensorProto.FLOAT16
+    result = verify(original, optimized, precision=precision)
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("target,precision", [("ort-cuda", "fp32"), ("ort-cuda", "bf16"), ("ort-cpu", "fp16"),
+                                              ("tensorrt", "fp16")])
+def test_left_as_reduce_mean_elsewhere(target, precision):
+    _, optimized, report = _optimized(target, precision)
+    assert "MatMul" not in ops(optimized)
+    assert report.canonicalized["NHWC global average pool → GEMV (ort-cuda)"] == 0
+
+
+def test_dynamic_spatial_size_keeps_reduce_mean():
+    _, optimized, report = _optimized("ort-cuda", "fp16", size="size")
+    assert report.canonicalized["NHWC global average pool → GEMV (ort-cuda)"] == 0
+    assert "ReduceMean" in ops(optimized)
