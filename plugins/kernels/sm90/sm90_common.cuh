@@ -306,3 +306,17 @@ struct WithMinBlocksPerSm : Kernel {
 constexpr int kTwoCtaSmemBytes = 233472 / 2 - 1024;
 
 }  // namespace epifuse::cuda::sm90
+
+// Defines `KernelImpl FN()` for registry kernel NAME, implemented by CONFIG (a ConvConfig or a
+// GemmConfig: both provide workspace_size(p) and launch(name, p, t, ws, ws_bytes, stream)).
+#define SM90_KERNEL(FN, NAME, ...)                                                                       \
+  namespace epifuse::cuda {                                                                              \
+  namespace {                                                                                            \
+  using FN##_cfg = __VA_ARGS__;                                                                          \
+  size_t FN##_ws(const ConvProblem& p) { return FN##_cfg::workspace_size(p); }                          \
+  Status FN##_launch(const ConvProblem& p, const Tensors& t, void* ws, size_t ws_bytes, cudaStream_t s) { \
+    return FN##_cfg::launch(NAME, p, t, ws, ws_bytes, s);                                                \
+  }                                                                                                      \
+  }                                                                                                      \
+  KernelImpl FN() { return {NAME, FN##_ws, FN##_launch}; }                                               \
+  }

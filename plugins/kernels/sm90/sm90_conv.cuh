@@ -107,14 +107,4 @@ struct ConvConfig {
 }  // namespace epifuse::cuda::sm90
 
 // Defines `KernelImpl FN()` for registry kernel NAME = ConvConfig<...>.
-#define SM90_CONV_KERNEL(FN, NAME, ...)                                                                  \
-  namespace epifuse::cuda {                                                                              \
-  namespace {                                                                                            \
-  using FN##_cfg = sm90::ConvConfig<__VA_ARGS__>;                                                        \
-  size_t FN##_ws(const ConvProblem& p) { return FN##_cfg::workspace_size(p); }                          \
-  Status FN##_launch(const ConvProblem& p, const Tensors& t, void* ws, size_t ws_bytes, cudaStream_t s) { \
-    return FN##_cfg::launch(NAME, p, t, ws, ws_bytes, s);                                                \
-  }                                                                                                      \
-  }                                                                                                      \
-  KernelImpl FN() { return {NAME, FN##_ws, FN##_launch}; }                                               \
-  }
+#define SM90_CONV_KERNEL(FN, NAME, ...) SM90_KERNEL(FN, NAME, sm90::ConvConfig<__VA_ARGS__>)
