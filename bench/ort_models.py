@@ -7,8 +7,8 @@ ms per batch.
 
 Models are torchvision's when torchvision is importable, exported here with torch.onnx (fp16,
 dynamic batch, opset 17); otherwise the ResNet-50 built by models/resnet50.py. YOLOv8 (n/s/m) is
-built by models/yolo.py (no ultralytics on the GPU machine); its PyTorch module is that ONNX graph
-converted by onnx2torch (when installed). Models built in fp32 are converted to fp16 by epifuse's
+built by models/yolo.py (no ultralytics on the GPU machine); its PyTorch module is
+bench/torch_yolo.py with the ONNX model's weights. Models built in fp32 are converted to fp16 by epifuse's
 precision pass alone, without fusion, for the ORT baseline. Needs onnxruntime-gpu, torch with CUDA
 and a CUDA build of libepifuse_ort.so (EPIFUSE_LIB_DIR). --compile costs minutes per model and
 batch (max-autotune benchmarks Triton templates for every conv shape).
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import onnx  # noqa: E402
 import torch  # noqa: E402
@@ -84,23 +85,11 @@ def compiled_ms(model, batch, size=224) -> float:
         return timed(lambda: compiled(x))
 
 
-def yolo_torch_model(original):
-    """The YOLO ONNX graph as a PyTorch module (onnx2torch), or None without onnx2torch."""
-    try:
-        from onnx2torch import convert
-    except ImportError:
-        return None
-    module = convert(original).eval().half().cuda().to(memory_format=torch.channels_last)
-    # onnx2torch's Split reads its `split` sizes with .tolist(): on the GPU that is a device-to-host
-    # copy, which CUDA-graph capture forbids. The model's integer constants are only such sizes.
-    for sub in module.modules():
-        for key, buf in list(sub._buffers.items()):
-            if buf is not None and not buf.is_floating_point():
-                sub._buffers[key] = buf.cpu()
-        for key, value in list(vars(sub).items()):  # fx tensor constants are plain attributes
-            if isinstance(value, torch.Tensor) and not value.is_floating_point():
-                setattr(sub, key, value.cpu())
-    return module
+def yolo_torch_model(original, scale):
+    """The YOLO as a PyTorch module with the ONNX model's weights (bench/torch_yolo.py)."""
+    from torch_yolo import YOLOv8
+
+    return YOLOv8.from_onnx(original, scale).half().cuda().to(memory_format=torch.channels_last)
 
 
 def or_nan(fn, *args):
@@ -168,8 +157,9 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
     if name.startswith("yolov8"):  # built in models/ (no ultralytics here); fp16 by the precision pass alone
         from models.yolo import yolov8
 
-        original = yolov8(name[len("yolov8"):] or "s")
-        model = yolo_torch_model(original)
+        scale = name[len("yolov8"):] or "s"
+        original = yolov8(scale)
+        model = yolo_torch_model(original, scale)
     else:
         try:
             model = torch_model(name)
