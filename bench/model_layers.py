@@ -24,8 +24,7 @@ import onnx  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kernels import graph_time  # noqa: E402
-from optimizer import cuda  # noqa: E402
+from kernels import graph_time, time_kernels  # noqa: E402
 from optimizer.pipeline import _registry_query, optimize_model  # noqa: E402
 from optimizer.registry import FLOAT16, ConvDesc  # noqa: E402
 
@@ -92,22 +91,9 @@ def measure(d: ConvDesc) -> dict:
            "GFLOP": flops / 1e9}
     x_nhwc = [x.permute(0, 2, 3, 1) for x in xs]
     w_krsc = w.permute(0, 2, 3, 1).contiguous()
-    z_ptr = z.permute(0, 2, 3, 1).data_ptr() if z is not None else None
     y = torch.empty(d.N, p, q, d.K, **half)
-    per_kernel = {}
-    for kernel in cuda.kernels(d):
-        ws = torch.empty(max(cuda.workspace_size(kernel, d), 1), device="cuda", dtype=torch.uint8)
-
-        def ours(kernel=kernel, ws=ws):
-            turn[0] = (turn[0] + 1) % 3
-            cuda.fused_conv(d, x_nhwc[turn[0]].data_ptr(), w_krsc.data_ptr(), b.data_ptr(), z_ptr, y.data_ptr(),
-                            kernel=kernel, workspace=ws.data_ptr(), workspace_bytes=ws.numel(),
-                            stream=torch.cuda.current_stream().cuda_stream)
-
-        try:
-            per_kernel[kernel] = graph_time(ours)
-        except cuda.CudaKernelError as e:
-            print(f"{kernel}: {e}", file=sys.stderr)
+    z_nhwc = z.permute(0, 2, 3, 1) if z is not None else None
+    per_kernel = time_kernels(d, x_nhwc, w_krsc, b, z_nhwc, y, label(d))
     best = min(per_kernel, key=per_kernel.get)
     row.update({"epifuse best": per_kernel[best], "best kernel": best,
                 "epifuse heuristic": per_kernel[next(iter(per_kernel))], "kernels": per_kernel})

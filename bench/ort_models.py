@@ -105,13 +105,19 @@ def or_nan(fn, *args):
 TORCH_TYPES = {"tensor(float16)": torch.half, "tensor(float)": torch.float32}
 
 
-def ort_ms(model_bytes, batch, out_shapes, *, library, prefer_nhwc, size=224) -> float:
+def cuda_session(model_bytes, batch, size, *, library, **provider_options):
+    """An ORT CUDA-EP session (with the epifuse library when `library`) and a random device input
+    of the model's declared input type."""
     import onnxruntime as ort
 
     so = session_options() if library else ort.SessionOptions()
-    sess = ort.InferenceSession(model_bytes, so, providers=providers_for("ort-cuda", cuda_graph=True,
-                                                                         prefer_nhwc=prefer_nhwc))
+    sess = ort.InferenceSession(model_bytes, so, providers=providers_for("ort-cuda", **provider_options))
     x = torch.randn(batch, 3, size, size, device="cuda", dtype=TORCH_TYPES[sess.get_inputs()[0].type])
+    return sess, x
+
+
+def ort_ms(model_bytes, batch, out_shapes, *, library, prefer_nhwc, size=224) -> float:
+    sess, x = cuda_session(model_bytes, batch, size, library=library, cuda_graph=True, prefer_nhwc=prefer_nhwc)
     outputs = {o.name: torch.empty(batch, *shape, device="cuda", dtype=TORCH_TYPES[o.type])
                for o, shape in zip(sess.get_outputs(), out_shapes)}
     binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, outputs)
@@ -121,12 +127,9 @@ def ort_ms(model_bytes, batch, out_shapes, *, library, prefer_nhwc, size=224) ->
 def kernel_profile(model_bytes, batch, *, library, size=224, top=20) -> str:
     """The CUDA kernels one run launches (CUPTI through torch.profiler, CUDA graph off), by total time:
     where a model's time goes, including ORT's own nodes and copies."""
-    import onnxruntime as ort
     from torch.profiler import ProfilerActivity, profile
 
-    so = session_options() if library else ort.SessionOptions()
-    sess = ort.InferenceSession(model_bytes, so, providers=providers_for("ort-cuda", prefer_nhwc=not library))
-    x = torch.randn(batch, 3, size, size, device="cuda", dtype=TORCH_TYPES[sess.get_inputs()[0].type])
+    sess, x = cuda_session(model_bytes, batch, size, library=library, prefer_nhwc=not library)
     binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, {})
     for o in sess.get_outputs():
         binding.bind_output(o.name, "cuda")
