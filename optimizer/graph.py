@@ -62,6 +62,17 @@ def replace_uses(graph: gs.Graph, old: gs.Tensor, new: gs.Tensor) -> None:
         graph.nodes.append(gs.Node("Identity", name=f"{old.name}_identity", inputs=[new], outputs=[old]))
 
 
+def axes_of(node: gs.Node, input_index: int) -> np.ndarray | None:
+    """A node's `axes`: from its (constant) input `input_index` where given (newer opsets), else from
+    the attribute; None when absent or not a constant."""
+    if len(node.inputs) > input_index and node.inputs[input_index].name:
+        v = constant_value(node.inputs[input_index])
+        return None if v is None else v.astype(np.int64).reshape(-1)
+    if "axes" in node.attrs:
+        return np.array(node.attrs["axes"], dtype=np.int64)
+    return None
+
+
 def shape_of(t: gs.Tensor) -> list | None:
     """Static or symbolic shape as a list (ints, strs or None), or None when unknown."""
     if isinstance(t, gs.Constant):

@@ -17,24 +17,16 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..graph import constant_value, make_constant, make_variable, replace_uses, shape_of
+from ..graph import axes_of, make_constant, make_variable, replace_uses, shape_of
 from ..report import Report
-
-
-def _reduced_axes(node: gs.Node) -> list[int] | None:
-    if len(node.inputs) > 1 and node.inputs[1].name:
-        axes = constant_value(node.inputs[1])
-        return None if axes is None else sorted(int(a) % 4 for a in axes.reshape(-1))
-    axes = node.attrs.get("axes")
-    return None if axes is None else sorted(int(a) % 4 for a in axes)
 
 
 def _nhwc_spatial_mean(node: gs.Node) -> tuple[int, int] | None:
     """(H, W) when `node` is ReduceMean over H and W of a static-spatial NHWC tensor, keeping dims."""
     if node.op != "ReduceMean" or not int(node.attrs.get("keepdims", 1)) or node.attrs.get("noop_with_empty_axes"):
         return None
-    shape = shape_of(node.inputs[0])
-    if not shape or len(shape) != 4 or _reduced_axes(node) != [1, 2]:
+    shape, axes = shape_of(node.inputs[0]), axes_of(node, 1)
+    if not shape or len(shape) != 4 or axes is None or sorted(int(a) % 4 for a in axes) != [1, 2]:
         return None
     h, w = shape[1], shape[2]
     return (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None

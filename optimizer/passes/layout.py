@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..graph import (add_transpose, constant_value, make_constant, make_variable, producer, replace_uses,
+from ..graph import (add_transpose, axes_of, constant_value, make_constant, make_variable, producer, replace_uses,
                      set_inputs, set_outputs, shape_of)
 from ..report import Report
 
@@ -109,16 +109,6 @@ def _axis(a: int, rank: int, p) -> int:
     return p[a + rank if a < 0 else a]
 
 
-def _axes_value(graph: gs.Graph, node: gs.Node, input_index: int) -> tuple[np.ndarray | None, bool]:
-    """Axes from the attribute or the (constant) input; second value says whether they came from an input."""
-    if len(node.inputs) > input_index and node.inputs[input_index].name:
-        v = constant_value(node.inputs[input_index])
-        return (None if v is None else v.astype(np.int64).reshape(-1)), True
-    if "axes" in node.attrs:
-        return np.array(node.attrs["axes"], dtype=np.int64), False
-    return None, False
-
-
 class _Pusher:
     def __init__(self, graph: gs.Graph, greedy: bool):
         self.graph, self.greedy = graph, greedy
@@ -196,7 +186,7 @@ class _Pusher:
             node.attrs["axis"] = _axis(int(node.attrs.get("axis", 0)), 4, p)
         elif op == "Slice":
             starts = constant_value(node.inputs[1])
-            axes, _ = _axes_value(g, node, 3)
+            axes = axes_of(node, 3)
             if starts is None or (axes is None and len(node.inputs) > 3 and node.inputs[3].name):
                 return False
             axes = np.arange(starts.size) if axes is None else axes
@@ -249,7 +239,7 @@ class _Pusher:
             node.attrs["axes"] = sorted(int(a) for a in axes)
 
     def rewrite_reduction(self, node: gs.Node, p) -> bool:
-        axes, _ = _axes_value(self.graph, node, 1)
+        axes = axes_of(node, 1)
         if axes is None or not int(node.attrs.get("keepdims", 1)):
             return False  # all-axes or rank-changing reductions are left in NCHW
         self.set_axes(node, [_axis(int(a), 4, p) for a in axes])
