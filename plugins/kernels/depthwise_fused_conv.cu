@@ -352,8 +352,7 @@ bool launch_strip(const Geometry& g, const Tensors& t, const Epilogue& e, cudaSt
   // One wave of blocks, each owning a contiguous run of items: a thread loads its taps once.
   const auto kernel = depthwise_strip<T, kVec, R, S, SW, kCols>;
   int device = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+  if (!current_device_sms(&device, &sms) ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, groups * rows, 0) != cudaSuccess) {
     cudaGetLastError();  // clear it; the other paths need none of these
     return false;

@@ -37,6 +37,10 @@ std::vector<KernelImpl> sm90_kernels();
 // The implementation of registry kernel `name`, or null when this build does not contain it.
 const KernelImpl* find_impl(const char* name);
 
+// The current device and its SM count, cached per device (launch paths call it on every run);
+// false, with the CUDA error cleared, when CUDA cannot say.
+bool current_device_sms(int* device, int* sms);
+
 // cudaError_t -> Status naming the kernel.
 Status check_launch(const char* kernel, cudaError_t e);
 

@@ -1,4 +1,5 @@
 // Name -> implementation for every kernel compiled into this build.
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -30,6 +31,23 @@ const KernelImpl* find_impl(const char* name) {
   for (const KernelImpl& k : all)
     if (std::strcmp(k.name, name) == 0) return &k;
   return nullptr;
+}
+
+bool current_device_sms(int* device, int* sms) {
+  static std::atomic<int> cached[64] = {};
+  if (cudaGetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  const bool cacheable = *device >= 0 && *device < 64;
+  *sms = cacheable ? cached[*device].load(std::memory_order_relaxed) : 0;
+  if (*sms > 0) return true;
+  if (cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *device) != cudaSuccess || *sms < 1) {
+    cudaGetLastError();
+    return false;
+  }
+  if (cacheable) cached[*device].store(*sms, std::memory_order_relaxed);
+  return true;
 }
 
 Status check_launch(const char* kernel, cudaError_t e) {

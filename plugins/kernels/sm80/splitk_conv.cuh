@@ -7,7 +7,6 @@
 // split kernel: it is not linear, so it must see the whole sum.
 #pragma once
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -45,19 +44,6 @@ __global__ void split_reduce(const float* __restrict__ partial, int slices, int6
   }
 }
 
-inline int sm_count() {
-  static std::atomic<int> cached{0};
-  int n = cached.load(std::memory_order_relaxed);
-  if (n == 0) {
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0)
-      n = 108;  // an A100's count: only sets how many slices, never correctness
-    cached.store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
 template <const char* Name, typename Element, typename TileShape, typename WarpShape, typename InstShape, int Stages>
 struct SplitKConv {
   using Layout = cutlass::layout::TensorNHWC;
@@ -76,7 +62,9 @@ struct SplitKConv {
     const int64_t tiles = ((p.N * p.P() * p.Q() + TileShape::kM - 1) / TileShape::kM) *
                           ((p.K + TileShape::kN - 1) / TileShape::kN);
     const int64_t k_iters = p.R * p.S * ((p.C + TileShape::kK - 1) / TileShape::kK);
-    const int64_t want = (2 * sm_count() + tiles - 1) / std::max<int64_t>(tiles, 1);
+    int device = 0, sms = 0;
+    if (!current_device_sms(&device, &sms)) sms = 108;  // an A100's count: sets the slice count, never correctness
+    const int64_t want = (2 * int64_t(sms) + tiles - 1) / std::max<int64_t>(tiles, 1);
     return int(std::max<int64_t>(1, std::min<int64_t>({want, k_iters / 4, 16})));
   }
 

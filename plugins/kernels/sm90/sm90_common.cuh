@@ -12,7 +12,6 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -246,19 +245,10 @@ typename Evt::Arguments fused_evt_arguments(const ConvProblem& p, const Tensors&
 }
 
 // ------------------------------------------------------------------------------------------------
-// SM count of the current device, cached per device.
+// The current device and its SM count (0 when CUDA cannot say: CUTLASS then queries it itself).
 inline cutlass::KernelHardwareInfo hardware_info() {
-  static std::atomic<int> sm_count[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) device = 0;
   cutlass::KernelHardwareInfo hw;
-  hw.device_id = device;
-  int n = (device >= 0 && device < 64) ? sm_count[device].load(std::memory_order_relaxed) : 0;
-  if (n == 0) {
-    n = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
-    if (device >= 0 && device < 64) sm_count[device].store(n, std::memory_order_relaxed);
-  }
-  hw.sm_count = n;
+  if (!current_device_sms(&hw.device_id, &hw.sm_count)) hw.device_id = hw.sm_count = 0;
   return hw;
 }
 
