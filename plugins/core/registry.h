@@ -48,7 +48,10 @@ std::vector<KernelDescriptor> sm80_kernel_rules();
 std::vector<KernelDescriptor> direct_kernel_rules();
 std::vector<KernelDescriptor> padded_kernel_rules();
 std::vector<KernelDescriptor> im2col_kernel_rules();
-// The channel-padding kernels: the kernel each wraps, and the problem it runs.
+// The channel-padding kernels: their names (registry order), the kernel each wraps, and the
+// problem it runs.
+constexpr int kPaddedKernelCount = 6;
+const char* padded_kernel_name(int i);  // null outside [0, kPaddedKernelCount)
 const char* padded_inner_kernel(const char* name);
 ConvProblem channel_padded(const ConvProblem& p);
 // The im2col + GEMM kernels, in one place for the rules and the CUDA code so both see the same

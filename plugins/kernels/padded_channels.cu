@@ -4,6 +4,7 @@
 // is the unpadded convolution; the copy costs one pass over X, far less than a few-channel
 // kernel loses (C = 3 cannot feed 16-byte cp.async/TMA rows).
 #include <cstdint>
+#include <utility>
 
 #include "dtype.cuh"
 #include "kernel_api.h"
@@ -24,18 +25,17 @@ Layout layout(const char* name, const ConvProblem& p) {
           align256(size_t(q.K) * q.R * q.S * q.C * element_bytes(p.dtype)), inner ? inner->workspace_size(q) : 0};
 }
 
-template <const char* kName>
-size_t workspace_size(const ConvProblem& p) {
-  const Layout l = layout(kName, p);
+size_t workspace_size(const char* name, const ConvProblem& p) {
+  const Layout l = layout(name, p);
   return l.x_bytes + l.w_bytes + l.inner_bytes;
 }
 
-template <const char* kName>
-Status launch(const ConvProblem& p, const Tensors& t, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  const KernelImpl* inner = find_impl(padded_inner_kernel(kName));
-  if (!inner) return Status::Error(std::string(kName) + ": inner kernel not in this build");
-  const Layout l = layout(kName, p);
-  if (workspace_bytes < l.x_bytes + l.w_bytes + l.inner_bytes) return Status::Error(std::string(kName) + ": workspace too small");
+Status launch(const char* name, const ConvProblem& p, const Tensors& t, void* workspace, size_t workspace_bytes,
+              cudaStream_t stream) {
+  const KernelImpl* inner = find_impl(padded_inner_kernel(name));
+  if (!inner) return Status::Error(std::string(name) + ": inner kernel not in this build");
+  const Layout l = layout(name, p);
+  if (workspace_bytes < l.x_bytes + l.w_bytes + l.inner_bytes) return Status::Error(std::string(name) + ": workspace too small");
   const ConvProblem q = channel_padded(p);
   auto* base = static_cast<char*>(workspace);
   void* x = base;
@@ -45,27 +45,26 @@ Status launch(const ConvProblem& p, const Tensors& t, void* workspace, size_t wo
     launch_pad_channels<T>(t.x, x, p.N * p.H * p.W, int(p.C), int(q.C), stream);
     launch_pad_channels<T>(t.w, w, p.K * p.R * p.S, int(p.C), int(q.C), stream);
   });
-  EPIFUSE_RETURN_IF_ERROR(check_launch(kName, cudaGetLastError()));
+  EPIFUSE_RETURN_IF_ERROR(check_launch(name, cudaGetLastError()));
   return inner->launch(q, {x, w, t.b, t.z, t.y}, base + l.x_bytes + l.w_bytes, l.inner_bytes, stream);
 }
 
-constexpr char kFixed8F16[] = "pad8_sm80_f16_fixed8_128x64x32_3st";
-constexpr char kFixed8Bf16[] = "pad8_sm80_bf16_fixed8_128x64x32_3st";
-constexpr char kSm90F16[] = "pad8_sm90_f16_conv_128x64x64_c2x1";
-constexpr char kSm90Bf16[] = "pad8_sm90_bf16_conv_128x64x64_c2x1";
-constexpr char kSm80F16[] = "pad8_sm80_f16_64x64x64_4st";
-constexpr char kSm80Bf16[] = "pad8_sm80_bf16_64x64x64_4st";
-
-template <const char* kName>
-KernelImpl entry() {
-  return {kName, workspace_size<kName>, launch<kName>};
+// Kernel I of the family is named by plugins/core (padded_kernel_name), so the names live in one place.
+template <int I>
+size_t workspace_size_of(const ConvProblem& p) {
+  return workspace_size(padded_kernel_name(I), p);
+}
+template <int I>
+Status launch_of(const ConvProblem& p, const Tensors& t, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return launch(padded_kernel_name(I), p, t, workspace, workspace_bytes, stream);
+}
+template <int... I>
+std::vector<KernelImpl> entries(std::integer_sequence<int, I...>) {
+  return {KernelImpl{padded_kernel_name(I), workspace_size_of<I>, launch_of<I>}...};
 }
 
 }  // namespace
 
-std::vector<KernelImpl> padded_kernels() {
-  return {entry<kFixed8F16>(), entry<kFixed8Bf16>(), entry<kSm90F16>(), entry<kSm90Bf16>(), entry<kSm80F16>(),
-          entry<kSm80Bf16>()};
-}
+std::vector<KernelImpl> padded_kernels() { return entries(std::make_integer_sequence<int, kPaddedKernelCount>{}); }
 
 }  // namespace epifuse::cuda
