@@ -99,6 +99,9 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (1, 9, 9, 1032, 1032, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1032),  # depthwise C > 512: channel split
     (1, 9, 11, 10, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 10),    # depthwise C % 4 != 0: fallback
     (1, 6, 40, 16, 16, 1, 5, (1, 2), (0, 2, 0, 2), (1, 1), 16),    # depthwise non-square, stride 1x2
+    (1, 1, 1, 1152, 48, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # squeeze-excite 1x1 on one pixel (gemv)
+    (32, 1, 1, 4, 96, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # excite, batch 32: C = 4 (scalar loads)
+    (3, 2, 5, 37, 19, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # 30 pixels, odd C and K (gemv)
 ]
 
 
@@ -116,6 +119,7 @@ def test_activations_and_residuals(dtype, act, residual):
     params = {"leaky_relu": (0.1,), "clip": (-0.5, 1.5), "hardsigmoid": (0.25, 0.4), "elu": (0.7,)}.get(act, ())
     _run_all(dtype, 2, 12, 10, 64, 64, 3, 3, pads=(1, 1, 1, 1), act=act, params=params, residual=residual)
     _run_all(dtype, 2, 8, 8, 64, 128, 1, 1, act=act, params=params, residual=residual, seed=1)
+    _run_all(dtype, 3, 1, 1, 40, 24, 1, 1, act=act, params=params, residual=residual, seed=2)  # gemv
 
 
 @pytest.mark.parametrize("residual", ["pre", "post"])

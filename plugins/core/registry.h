@@ -46,6 +46,7 @@ const std::vector<std::string>& known_targets();
 std::vector<KernelDescriptor> sm90_kernel_rules();
 std::vector<KernelDescriptor> sm80_kernel_rules();
 std::vector<KernelDescriptor> direct_kernel_rules();
+std::vector<KernelDescriptor> gemv_kernel_rules();
 std::vector<KernelDescriptor> padded_kernel_rules();
 std::vector<KernelDescriptor> im2col_kernel_rules();
 // The channel-padding kernels: their names (registry order), the kernel each wraps, and the
@@ -59,7 +60,7 @@ ConvProblem channel_padded(const ConvProblem& p);
 // the chunk's matrix within ~16 MiB, at least 1, at most N; -1 when N, P or Q is unknown); and the
 // GEMM problem of `images` images: X = their im2col matrix [images*P*Q, Kg] (Kg = R*S*C rounded
 // up to 8), W = the filter as a [K, Kg] matrix, same dtype, activation and residual.
-constexpr int kIm2colKernelCount = 4;
+constexpr int kIm2colKernelCount = 6;
 const char* im2col_kernel_name(int i);  // registry order; null outside [0, kIm2colKernelCount)
 const char* im2col_inner_kernel(const char* name);
 int64_t im2col_chunk_images(const ConvProblem& p);

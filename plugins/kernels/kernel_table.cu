@@ -9,8 +9,9 @@ namespace epifuse::cuda {
 
 KernelImpl direct_kernel();
 KernelImpl depthwise_kernel();
+KernelImpl gemv_kernel();
 
-std::vector<KernelImpl> direct_kernels() { return {depthwise_kernel(), direct_kernel()}; }
+std::vector<KernelImpl> direct_kernels() { return {gemv_kernel(), depthwise_kernel(), direct_kernel()}; }
 std::vector<KernelImpl> padded_kernels();
 std::vector<KernelImpl> im2col_kernels();
 
