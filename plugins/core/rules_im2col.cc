@@ -30,8 +30,11 @@ struct Entry {
   int min_sm, max_sm;  // the inner kernel's
 };
 
-// Best first: the SM90 persistent GEMM, then the sm80 GEMM that also runs on later GPUs.
+// Best first: the SM90 GEMMs (128x64 ping-pong: stems have K = 16-64 output channels, where a 128-wide
+// N tile is half padding), then the sm80 GEMM that also runs on later GPUs.
 constexpr Entry kEntries[] = {
+    {"im2col_sm90_f16_gemm1x1_128x64_pingpong", "sm90_f16_gemm1x1_128x64_pingpong", 90, 90},
+    {"im2col_sm90_bf16_gemm1x1_128x64_pingpong", "sm90_bf16_gemm1x1_128x64_pingpong", 90, 90},
     {"im2col_sm90_f16_gemm1x1_128x128_coop", "sm90_f16_gemm1x1_128x128_coop", 90, 90},
     {"im2col_sm90_bf16_gemm1x1_128x128_coop", "sm90_bf16_gemm1x1_128x128_coop", 90, 90},
     {"im2col_sm80_f16_64x64x64_4st", "sm80_f16_64x64x64_4st", 80, 1209},
