@@ -1,6 +1,7 @@
 """Whole models on the GPU machine, fp16, in one run: ONNX Runtime's CUDA EP on the original model
 (best of prefer_nhwc on/off, CUDA graph on), ORT's CUDA EP on the epifuse-optimized model (tuned,
-CUDA graph on), PyTorch eager (CUDA graph) and, with --compile, torch.compile(mode="max-autotune").
+CUDA graph on, prefer_nhwc off and on: with it on ORT also runs the ops between FusedConv regions, such as
+MaxPool and Resize, in NHWC), PyTorch eager (CUDA graph) and, with --compile, torch.compile(mode="max-autotune").
 ms per batch.
 
     python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--compile] [--markdown FILE]
@@ -124,12 +125,12 @@ def ort_ms(model_bytes, batch, out_shapes, *, library, prefer_nhwc, size=224) ->
     return timed(lambda: sess.run_with_iobinding(binding))
 
 
-def kernel_profile(model_bytes, batch, *, library, size=224, top=20) -> str:
+def kernel_profile(model_bytes, batch, *, library, prefer_nhwc, size=224, top=20) -> str:
     """The CUDA kernels one run launches (CUPTI through torch.profiler, CUDA graph off), by total time:
     where a model's time goes, including ORT's own nodes and copies."""
     from torch.profiler import ProfilerActivity, profile
 
-    sess, x = cuda_session(model_bytes, batch, size, library=library, prefer_nhwc=not library)
+    sess, x = cuda_session(model_bytes, batch, size, library=library, prefer_nhwc=prefer_nhwc)
     binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, {})
     for o in sess.get_outputs():
         binding.bind_output(o.name, "cuda")
@@ -185,8 +186,11 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
         row["ort best"] = min(ort_ms(original.SerializeToString(), batch, out_shapes, library=False, prefer_nhwc=p,
                                      size=size) for p in (False, True))
         tune(optimized.SerializeToString(), batch, size)
-        row["epifuse"] = ort_ms(optimized.SerializeToString(), batch, out_shapes, library=True, prefer_nhwc=False,
-                                size=size)
+        # prefer_nhwc lets ORT run the ops left between FusedConv regions (MaxPool, Resize) in NHWC too
+        for p in (False, True):
+            row[f"epifuse nhwc={int(p)}"] = ort_ms(optimized.SerializeToString(), batch, out_shapes, library=True,
+                                                   prefer_nhwc=p, size=size)
+        row["epifuse"] = min(row["epifuse nhwc=0"], row["epifuse nhwc=1"])
         row["torch eager"] = or_nan(eager_graph_ms, model, batch, size) if model is not None else float("nan")
         row["torch.compile"] = or_nan(compiled_ms, model, batch, size) if args.compile and model is not None \
             else float("nan")
@@ -198,7 +202,9 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
         if args.profile:
             for label, data, library in (("ort", original, False), ("epifuse", optimized, True)):
                 print(f"--- {name} batch {batch}: {label}, 5 runs\n"
-                      + kernel_profile(data.SerializeToString(), batch, library=library, size=size), flush=True)
+                      + kernel_profile(data.SerializeToString(), batch, library=library, size=size,
+                                       prefer_nhwc=not library or row["epifuse nhwc=1"] < row["epifuse nhwc=0"]),
+                      flush=True)
     return rows
 
 
@@ -217,7 +223,8 @@ def main() -> int:
             rows += measure_model(name, args, work)
         except Exception as e:  # report and go on with the next model
             print(f"{name}: failed: {e!r}"[:300], flush=True)
-    cols = ["ort best", "epifuse", "torch eager", "torch.compile", "vs ort", "vs torch"]
+    cols = ["ort best", "epifuse nhwc=0", "epifuse nhwc=1", "epifuse", "torch eager", "torch.compile", "vs ort",
+            "vs torch"]
     table = "\n".join(["| model | batch | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
                       + [f"| {r['model']} | {r['batch']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |"
                          for r in rows])
