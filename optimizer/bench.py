@@ -23,10 +23,10 @@ def _inputs(model: onnx.ModelProto, batch: int, seed: int = 0) -> dict[str, np.n
     return random_inputs(fixed, seed=seed)
 
 
-def _session(model_bytes: bytes, backend: str, cuda_graph: bool):
+def _session(model_bytes: bytes, backend: str, cuda_graph: bool, prefer_nhwc: bool = False):
     from .runtime import create_session
 
-    return create_session(model_bytes, backend=backend, cuda_graph=cuda_graph)
+    return create_session(model_bytes, backend=backend, cuda_graph=cuda_graph, prefer_nhwc=prefer_nhwc)
 
 
 def _plan_feeds(runner, batch: int) -> dict[str, np.ndarray]:
@@ -39,9 +39,12 @@ def _plan_feeds(runner, batch: int) -> dict[str, np.ndarray]:
     return feeds
 
 
-def run_bench(path: str, *, backend: str, batch: int, fp16: bool, runs: int, warmup: int, progress=None) -> dict:
+def run_bench(path: str, *, backend: str, batch: int, fp16: bool, runs: int, warmup: int, progress=None,
+              prefer_nhwc: bool = False) -> dict:
     """Median/p90/p99 latency (ms) and throughput (inputs/s) of `path` on `backend` (an .onnx for
-    ONNX Runtime, a TensorRT .plan for tensorrt)."""
+    ONNX Runtime, a TensorRT .plan for tensorrt); `prefer_nhwc` for the CUDA EP only."""
+    if prefer_nhwc and backend != "ort-cuda":
+        raise ValueError(f"prefer_nhwc is an option of the ort-cuda backend, not {backend}")
     if backend == "tensorrt":
         from .tensorrt import PlanRunner
 
@@ -59,7 +62,7 @@ def run_bench(path: str, *, backend: str, batch: int, fp16: bool, runs: int, war
         model, _ = optimize_model(model, target=backend, precision="fp16")
     feeds = _inputs(model, batch)
     batch = next(iter(feeds.values())).shape[0]  # a static batch dimension wins over --batch
-    session = _session(model.SerializeToString(), backend, cuda_graph=False)
+    session = _session(model.SerializeToString(), backend, cuda_graph=False, prefer_nhwc=prefer_nhwc)
     if backend == "ort-cuda":
         import onnxruntime as ort
 

@@ -104,10 +104,13 @@ def cmd_bench(args, console: Console) -> int:
 
     if not os.path.isfile(args.model):
         raise EpifuseError("no such file", path=args.model)
+    if args.prefer_nhwc and args.backend != "ort-cuda":
+        raise EpifuseError(f"--prefer-nhwc applies to --backend ort-cuda, not {args.backend}", path=args.model)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("bench", total=args.runs + args.warmup)
         result = run_bench(args.model, backend=args.backend, batch=args.batch, fp16=args.fp16, runs=args.runs,
-                           warmup=args.warmup, progress=lambda *_: bar.advance(task))
+                           warmup=args.warmup, progress=lambda *_: bar.advance(task),
+                           prefer_nhwc=args.prefer_nhwc)
     table = Table(title=f"{args.model} on {args.backend}, batch {args.batch}{' fp16' if args.fp16 else ''}")
     for col in ("median ms", "p90 ms", "p99 ms", "min ms", "inputs/s"):
         table.add_column(col, justify="right")
@@ -168,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tensorrt: MODEL is a plan built by `epifuse build-engine`")
     p.add_argument("--batch", type=int, default=1, help="value for a symbolic batch dimension")
     p.add_argument("--fp16", action="store_true", help="optimize to fp16 in memory first (epifuse --precision fp16)")
+    p.add_argument("--prefer-nhwc", action="store_true",
+                   help="ort-cuda: also run MaxPool, Resize etc. in NHWC (faster at large batch)")
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--report", metavar="FILE.json")

@@ -77,16 +77,19 @@ def providers_for(backend: str, *, cuda_graph: bool = False, prefer_nhwc: bool =
     return [("CUDAExecutionProvider", options), "CPUExecutionProvider"]
 
 
-def create_session(model, providers=None, backend: str | None = None, cuda_graph: bool = False, **opts):
+def create_session(model, providers=None, backend: str | None = None, cuda_graph: bool = False,
+                   prefer_nhwc: bool = False, **opts):
     """Opens an epifuse model (a path, or the serialized bytes) on ONNX Runtime with the
     custom-op library registered, on `backend` ("ort-cpu" or "ort-cuda"; default: `providers`,
-    else the CPU). ``opts`` go to :func:`session_options`."""
+    else the CPU). ``prefer_nhwc`` lets the CUDA EP run the ops between FusedConv regions (MaxPool,
+    Resize) in NHWC too: faster at large batch, a few percent slower at batch 1 (docs/bench-models.md).
+    ``opts`` go to :func:`session_options`."""
     import onnxruntime as ort
 
     if isinstance(model, Path):
         model = str(model)
     if backend is not None:
-        providers = providers_for(backend, cuda_graph=cuda_graph)
+        providers = providers_for(backend, cuda_graph=cuda_graph, prefer_nhwc=prefer_nhwc)
     return ort.InferenceSession(model, session_options(**opts),
                                 providers=providers or ["CPUExecutionProvider"])
 

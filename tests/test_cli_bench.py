@@ -30,3 +30,10 @@ def test_bench_fp16_optimizes_in_memory(tmp_path):
 
 def test_bench_missing_file(tmp_path, capsys):
     assert main(["bench", str(tmp_path / "nope.onnx"), "--backend", "ort-cpu"]) == 2
+
+
+def test_bench_prefer_nhwc_is_refused_off_the_cuda_ep(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["bench", str(src), "--backend", "ort-cpu", "--prefer-nhwc"]) == 2
+    assert "--prefer-nhwc applies to --backend ort-cuda" in capsys.readouterr().err

@@ -24,7 +24,7 @@ def ort_gpu():
     return ort
 
 
-def _run(ort, model_bytes, feeds, library: bool, profile_dir=None):
+def _run(ort, model_bytes, feeds, library: bool, profile_dir=None, prefer_nhwc=False):
     from optimizer.runtime import session_options
 
     so = session_options() if library else ort.SessionOptions()
@@ -32,16 +32,17 @@ def _run(ort, model_bytes, feeds, library: bool, profile_dir=None):
         so.enable_profiling = True
         so.profile_file_prefix = os.path.join(profile_dir, "epifuse")
     # the reference without TF32 (ORT's CUDA EP default), which would cost it ~1e-3 in fp32
-    cuda = ("CUDAExecutionProvider", {"use_tf32": "0"})
+    cuda = ("CUDAExecutionProvider", {"use_tf32": "0", "prefer_nhwc": "1" if prefer_nhwc else "0"})
     sess = ort.InferenceSession(model_bytes, so, providers=[cuda, "CPUExecutionProvider"])
     outs = sess.run(None, feeds)
     profile = sess.end_profiling() if profile_dir else None
     return outs, profile
 
 
-@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+# prefer_nhwc: ORT also moves the ops between FusedConv regions to NHWC (what bench/ort_models.py times)
+@pytest.mark.parametrize("precision,prefer_nhwc", [("fp16", False), ("fp32", False), ("fp16", True)])
 @pytest.mark.parametrize("name", sorted(set(zoo.ZOO)))
-def test_zoo_model_on_cuda_ep(ort_gpu, name, precision, tmp_path):
+def test_zoo_model_on_cuda_ep(ort_gpu, name, precision, prefer_nhwc, tmp_path):
     from optimizer.passes.load import validate
     from optimizer.pipeline import optimize_model
     from optimizer.verify import random_inputs, rel_l2
@@ -50,7 +51,8 @@ def test_zoo_model_on_cuda_ep(ort_gpu, name, precision, tmp_path):
     optimized, report = optimize_model(original, target="ort-cuda", precision=precision)
     feeds = random_inputs(original, seed=1)
     expected, _ = _run(ort_gpu, original.SerializeToString(), feeds, library=False)
-    actual, profile = _run(ort_gpu, optimized.SerializeToString(), feeds, library=True, profile_dir=str(tmp_path))
+    actual, profile = _run(ort_gpu, optimized.SerializeToString(), feeds, library=True, profile_dir=str(tmp_path),
+                           prefer_nhwc=prefer_nhwc)
     for a, e in zip(actual, expected):
         assert a.shape == e.shape and np.isfinite(a).all()
         assert rel_l2(a, e) <= TOL[precision], (name, precision, rel_l2(a, e))
