@@ -59,6 +59,8 @@ std::vector<const KernelDescriptor*> find_kernels(const std::string& target, con
     }
   }
   if (found.empty()) *why = "no kernel for target '" + target + "': " + (reasons.empty() ? "none registered" : reasons);
+  std::stable_partition(found.begin(), found.end(),
+                        [&](const KernelDescriptor* k) { return k->preferred && k->preferred(p); });
   return found;
 }
 

@@ -19,6 +19,9 @@ struct KernelDescriptor {
   bool (*can_implement)(const ConvProblem& p, std::string* why);
   // Compute capabilities (major*10+minor) the kernel's code runs on; 0/0 for CPU kernels.
   int min_sm = 0, max_sm = 0;
+  // Optional: true when, for `p`, this kernel should come before the ones listed ahead of it (a
+  // measured shape rule for the untuned first choice; tuning and TensorRT time every kernel anyway).
+  bool (*preferred)(const ConvProblem& p) = nullptr;
 };
 
 // Helpers of the can_implement rules (rules_*.cc).
@@ -38,7 +41,8 @@ inline bool reject(std::string* why, std::string reason) {
   return false;
 }
 
-// Every kernel, best first: the heuristic choice is the first that can run a problem.
+// Every kernel in its default order; the heuristic choice is the first that can run a problem, after
+// find_kernels has moved the kernels `preferred` for it to the front.
 const std::vector<KernelDescriptor>& kernel_registry();
 const std::vector<std::string>& known_targets();
 
@@ -67,7 +71,7 @@ int64_t im2col_chunk_images(const ConvProblem& p);
 ConvProblem im2col_gemm_problem(const ConvProblem& p, int64_t images);
 
 // Kernels for `target` that can run `p` (on a device of compute capability `sm`, or any device
-// when sm is 0). When none, `why` says why (an invalid problem, an unknown target, or each
+// when sm is 0), best first: those `preferred` for p, then the rest, each in registry order. When none, `why` says why (an invalid problem, an unknown target, or each
 // candidate's reason).
 std::vector<const KernelDescriptor*> find_kernels(const std::string& target, const ConvProblem& p,
                                                   std::string* why, int sm = 0);

@@ -105,13 +105,39 @@ bool bf16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_im
 bool f16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kFloat16, why); }
 bool bf16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kBFloat16, why); }
 
+// The untuned choice among the implicit-GEMM convs for problems the 1x1 GEMMs do not take, from the
+// H200 anchor and model-layer tables (docs/bench-kernels.md; fp16, 3x3): the 128x128 tile once K >= 128
+// gives it 0.7 of a wave of tiles (r50.s3.3x3 21.0 µs vs 26.4 two-CTA, y8s.40.3x3 38.6 vs 52.6, ResNet-50 b32 28x28x128 and
+// 14x14x256); the two-CTA 128x64 when there are >= 150 of its tiles (r50.s1.3x3, y8s.160.3x3, YOLO
+// b1 160x160x32 and 320x320x32 s2); otherwise one CTA of 128x64 (every batch-1 ResNet-50 and YOLO
+// 3x3 with K >= 64 on 40x40-80x80, b32 7x7x512). Unknown M (symbolic batch): the registry order.
+constexpr int64_t kSms = 132;  // H200 (sm_90a code runs only on H100/H200: 114-132 SMs)
+
+// Tiles of 128 rows (M = N*P*Q) x tile_n channels; -1 when unknown or when the GEMMs take the problem.
+int64_t conv_tiles(const ConvProblem& p, int64_t tile_n) {
+  const ConvAttributes& a = p.attr;
+  const bool gemm = p.R == 1 && p.S == 1 && a.stride_h == 1 && a.stride_w == 1 && !a.pad_top && !a.pad_left &&
+                    !a.pad_bottom && !a.pad_right;
+  const int64_t P = p.P(), Q = p.Q();
+  if (gemm || !known(p.N) || !known(P) || !known(Q) || !known(p.K)) return -1;
+  return (saturating_product({p.N, P, Q}) + 127) / 128 * ((p.K + tile_n - 1) / tile_n);
+}
+bool wide_tile_fills_gpu(const ConvProblem& p) { return p.K >= 128 && conv_tiles(p, 128) >= kSms * 7 / 10; }
+bool prefer_conv_128x128(const ConvProblem& p) { return wide_tile_fills_gpu(p); }
+bool prefer_conv_2cta(const ConvProblem& p) { return !wide_tile_fills_gpu(p) && conv_tiles(p, 64) >= 150; }
+bool prefer_conv_1cta(const ConvProblem& p) {
+  const int64_t tiles = conv_tiles(p, 64);
+  return tiles >= 0 && !wide_tile_fills_gpu(p) && tiles < 150;
+}
+
 }  // namespace
 
 // Best first (H200, fp16 anchors, CUDA-graph timing): the persistent 1x1 GEMMs for the problems they
 // take (cooperative beat ping-pong on every 1x1 anchor; stream-K and 128x64 ping-pong win some
 // batch-1 / K = 64 layers under tuning), then the implicit-GEMM convs: 128x64 with two CTAs per SM
 // (r50.s1.3x3 33 µs vs 46 for one CTA, y8s.160.3x3 68 vs 89), one CTA (wins many batch-1 layers by
-// ~10%), 128x128 (wins some K >= 128 layers). Tuning picks per problem; this order is the fallback.
+// ~10%), 128x128 (wins some K >= 128 layers). Tuning picks per problem; without it the `preferred`
+// rules above reorder the convs by problem size.
 std::vector<KernelDescriptor> sm90_kernel_rules() {
   return {
       {"sm90_f16_gemm1x1_128x128_coop", kCudaTargets, f16_gemm1x1, kSm, kSm},
@@ -122,12 +148,12 @@ std::vector<KernelDescriptor> sm90_kernel_rules() {
       {"sm90_bf16_gemm1x1_128x128_streamk", kCudaTargets, bf16_gemm1x1, kSm, kSm},
       {"sm90_f16_gemm1x1_128x64_pingpong", kCudaTargets, f16_gemm1x1, kSm, kSm},
       {"sm90_bf16_gemm1x1_128x64_pingpong", kCudaTargets, bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c2x1_2cta", kCudaTargets, f16_conv_n64, kSm, kSm},
-      {"sm90_bf16_conv_128x64x64_c2x1_2cta", kCudaTargets, bf16_conv_n64, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c2x1", kCudaTargets, f16_conv_n64, kSm, kSm},
-      {"sm90_bf16_conv_128x64x64_c2x1", kCudaTargets, bf16_conv_n64, kSm, kSm},
-      {"sm90_f16_conv_128x128x64_c1x1", kCudaTargets, f16_conv_n128, kSm, kSm},
-      {"sm90_bf16_conv_128x128x64_c1x1", kCudaTargets, bf16_conv_n128, kSm, kSm},
+      {"sm90_f16_conv_128x64x64_c2x1_2cta", kCudaTargets, f16_conv_n64, kSm, kSm, prefer_conv_2cta},
+      {"sm90_bf16_conv_128x64x64_c2x1_2cta", kCudaTargets, bf16_conv_n64, kSm, kSm, prefer_conv_2cta},
+      {"sm90_f16_conv_128x64x64_c2x1", kCudaTargets, f16_conv_n64, kSm, kSm, prefer_conv_1cta},
+      {"sm90_bf16_conv_128x64x64_c2x1", kCudaTargets, bf16_conv_n64, kSm, kSm, prefer_conv_1cta},
+      {"sm90_f16_conv_128x128x64_c1x1", kCudaTargets, f16_conv_n128, kSm, kSm, prefer_conv_128x128},
+      {"sm90_bf16_conv_128x128x64_c1x1", kCudaTargets, bf16_conv_n128, kSm, kSm, prefer_conv_128x128},
   };
 }
 
