@@ -143,15 +143,20 @@ PAD1 = dict(pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
     (f16((32, 7, 7, 512, 512), **PAD1), "conv_128x64x64_c2x1"),                # ResNet-50 b32 7x7x512
     (f16((1, 80, 80, 64, 64), **PAD1), "conv_128x64x64_c2x1"),                 # YOLO b1, 100 tiles
     (f16((-1, 56, 56, 64, 64), **PAD1), "conv_128x64x64_c2x1_2cta"),           # symbolic batch: registry order
-    (ANCHORS["r50.s1.1x1up"], "gemm1x1_128x128_coop"),                         # the GEMMs keep 1x1s
-    (ANCHORS["stride2_1x1_downsample"], "conv_128x64x64_c2x1"),                # strided 1x1: a conv, 98 tiles
+    (ANCHORS["r50.s1.1x1up"], "gemm1x1_128x128_coop"),                         # the GEMMs keep large 1x1s
+    (f16((32, 14, 14, 1024, 256), r=1), "gemm1x1_128x128_coop"),               # 98 wide tiles
+    (f16((32, 7, 7, 512, 2048), r=1), "gemm1x1_128x128_coop"),                 # 208 wide tiles
+    (f16((1, 56, 56, 256, 128), r=1), "conv_128x64x64_c2x1"),                  # batch-1 1x1: 25 wide tiles
+    (f16((1, 7, 7, 512, 2048), r=1), "conv_128x64x64_c2x1"),                   # 16 wide tiles
+    (ANCHORS["stride2_1x1_downsample"], "conv_128x64x64_c2x1"),                # strided 1x1: a conv, 28 tiles
 ], ids=["r50.s1.3x3", "y8s.160.3x3", "y8s.b1.160x32", "r50.s3.3x3", "y8s.80.3x3s2", "y8s.40.3x3",
-        "y8s.b1.80.3x3", "r50.b1.s2.3x3", "r50.b32.7x7x512", "y8s.b1.80x64", "symbolic", "1x1", "1x1_s2"])
+        "y8s.b1.80.3x3", "r50.b1.s2.3x3", "r50.b32.7x7x512", "y8s.b1.80x64", "symbolic", "1x1", "1x1_98tiles",
+        "1x1_208tiles", "1x1_b1", "1x1_b1_7x7", "1x1_s2"])
 @pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
 def test_untuned_conv_choice_follows_the_measured_winners(desc, first, dtype):
-    """Without tuning the first name runs: among the SM90 convs, by the H200 measurements
-    (docs/bench-kernels.md) — 128x128 once K >= 128 fills 0.7 of a wave, two CTAs of 128x64 from
-    150 tiles, one CTA below."""
+    """Without tuning the first name runs: by the H200 measurements (docs/bench-kernels.md) — for
+    convs the GEMMs do not take, 128x128 once K >= 128 fills 0.7 of a wave, two CTAs of 128x64 from
+    150 tiles, one CTA below; 1x1s stay with the GEMMs unless their 128x128 tiles fill < 0.7 of a wave."""
     d = dataclasses.replace(desc, dtype=dtype)
     names = registry.kernel_names("ort-cuda", d)
     assert names[0] == f"sm90_{'f16' if dtype == FLOAT16 else 'bf16'}_{first}", names

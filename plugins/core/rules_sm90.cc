@@ -105,29 +105,38 @@ bool bf16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_im
 bool f16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kFloat16, why); }
 bool bf16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kBFloat16, why); }
 
-// The untuned choice among the implicit-GEMM convs for problems the 1x1 GEMMs do not take, from the
-// H200 anchor and model-layer tables (docs/bench-kernels.md; fp16, 3x3): the 128x128 tile once K >= 128
-// gives it 0.7 of a wave of tiles (r50.s3.3x3 21.0 µs vs 26.4 two-CTA, y8s.40.3x3 38.6 vs 52.6, ResNet-50 b32 28x28x128 and
-// 14x14x256); the two-CTA 128x64 when there are >= 150 of its tiles (r50.s1.3x3, y8s.160.3x3, YOLO
-// b1 160x160x32 and 320x320x32 s2); otherwise one CTA of 128x64 (every batch-1 ResNet-50 and YOLO
-// 3x3 with K >= 64 on 40x40-80x80, b32 7x7x512). Unknown M (symbolic batch): the registry order.
+// The untuned order, from the H200 anchor and model-layer tables (docs/bench-kernels.md; fp16). For
+// convs the 1x1 GEMMs do not take (3x3s, strided 1x1s): the 128x128 tile once K >= 128 gives it 0.7 of
+// a wave of tiles (r50.s3.3x3 21.0 µs vs 26.4 two-CTA, y8s.40.3x3 38.6 vs 52.6, ResNet-50 b32 28x28x128
+// and 14x14x256); the two-CTA 128x64 when there are >= 150 of its tiles (r50.s1.3x3, y8s.160.3x3, YOLO
+// b1 160x160x32 and 320x320x32 s2); otherwise one CTA of 128x64 (batch-1 ResNet-50 and YOLO 3x3s, b32
+// 7x7x512). For 1x1s the GEMMs keep the problem while the 128x128 tiles fill 0.7 of a wave; below, the
+// one-CTA conv (it or the two-CTA conv won 14 of ResNet-50's 16 batch-1 stride-1 1x1 layers, the
+// cooperative GEMM none). Unknown M (symbolic batch): the registry order.
 constexpr int64_t kSms = 132;  // H200 (sm_90a code runs only on H100/H200: 114-132 SMs)
+constexpr int64_t kWaveTiles = kSms * 7 / 10;
 
-// Tiles of 128 rows (M = N*P*Q) x tile_n channels; -1 when unknown or when the GEMMs take the problem.
-int64_t conv_tiles(const ConvProblem& p, int64_t tile_n) {
+bool gemm_problem(const ConvProblem& p) {
   const ConvAttributes& a = p.attr;
-  const bool gemm = p.R == 1 && p.S == 1 && a.stride_h == 1 && a.stride_w == 1 && !a.pad_top && !a.pad_left &&
-                    !a.pad_bottom && !a.pad_right;
+  return p.R == 1 && p.S == 1 && a.stride_h == 1 && a.stride_w == 1 && !a.pad_top && !a.pad_left &&
+         !a.pad_bottom && !a.pad_right;
+}
+// Tiles of 128 rows (M = N*P*Q) x tile_n channels; -1 when unknown.
+int64_t tiles(const ConvProblem& p, int64_t tile_n) {
   const int64_t P = p.P(), Q = p.Q();
-  if (gemm || !known(p.N) || !known(P) || !known(Q) || !known(p.K)) return -1;
+  if (!known(p.N) || !known(P) || !known(Q) || !known(p.K)) return -1;
   return (saturating_product({p.N, P, Q}) + 127) / 128 * ((p.K + tile_n - 1) / tile_n);
 }
-bool wide_tile_fills_gpu(const ConvProblem& p) { return p.K >= 128 && conv_tiles(p, 128) >= kSms * 7 / 10; }
-bool prefer_conv_128x128(const ConvProblem& p) { return wide_tile_fills_gpu(p); }
-bool prefer_conv_2cta(const ConvProblem& p) { return !wide_tile_fills_gpu(p) && conv_tiles(p, 64) >= 150; }
+bool wide_tiles_fill_gpu(const ConvProblem& p) { return p.K >= 128 && tiles(p, 128) >= kWaveTiles; }
+bool prefer_conv_128x128(const ConvProblem& p) { return !gemm_problem(p) && wide_tiles_fill_gpu(p); }
+bool prefer_conv_2cta(const ConvProblem& p) {
+  return !gemm_problem(p) && !wide_tiles_fill_gpu(p) && tiles(p, 64) >= 150;
+}
 bool prefer_conv_1cta(const ConvProblem& p) {
-  const int64_t tiles = conv_tiles(p, 64);
-  return tiles >= 0 && !wide_tile_fills_gpu(p) && tiles < 150;
+  const int64_t narrow = tiles(p, 64);
+  if (narrow < 0) return false;
+  if (gemm_problem(p)) return tiles(p, 128) < kWaveTiles;
+  return !wide_tiles_fill_gpu(p) && narrow < 150;
 }
 
 }  // namespace
