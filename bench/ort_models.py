@@ -4,7 +4,8 @@ CUDA graph on, prefer_nhwc off and on: with it on ORT also runs the ops between 
 MaxPool and Resize, in NHWC), PyTorch eager (CUDA graph) and, with --compile, torch.compile(mode="max-autotune").
 ms per batch.
 
-    python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--compile] [--markdown FILE]
+    python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--compile] [--pdl] [--profile]
+                               [--markdown FILE]
 
 Models are torchvision's when torchvision is importable, exported here with torch.onnx (fp16,
 dynamic batch, opset 17); otherwise the ResNet-50 built by models/resnet50.py. YOLOv8 (n/s/m) is
@@ -191,6 +192,11 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
             row[f"epifuse nhwc={int(p)}"] = ort_ms(optimized.SerializeToString(), batch, out_shapes, library=True,
                                                    prefer_nhwc=p, size=size)
         row["epifuse"] = min(row["epifuse nhwc=0"], row["epifuse nhwc=1"])
+        if args.pdl:  # programmatic dependent launch of the SM90 kernels (kernel_api.h), best nhwc setting
+            os.environ["EPIFUSE_PDL"] = "1"
+            row["epifuse pdl"] = ort_ms(optimized.SerializeToString(), batch, out_shapes, library=True,
+                                        prefer_nhwc=row["epifuse nhwc=1"] < row["epifuse nhwc=0"], size=size)
+            del os.environ["EPIFUSE_PDL"]
         row["torch eager"] = or_nan(eager_graph_ms, model, batch, size) if model is not None else float("nan")
         row["torch.compile"] = or_nan(compiled_ms, model, batch, size) if args.compile and model is not None \
             else float("nan")
@@ -214,6 +220,7 @@ def main() -> int:
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile max-autotune (minutes)")
     ap.add_argument("--profile", action="store_true", help="print the CUDA kernels of one run (5 runs summed)")
+    ap.add_argument("--pdl", action="store_true", help="also time the epifuse model with EPIFUSE_PDL=1")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     rows = []
@@ -223,8 +230,8 @@ def main() -> int:
             rows += measure_model(name, args, work)
         except Exception as e:  # report and go on with the next model
             print(f"{name}: failed: {e!r}"[:300], flush=True)
-    cols = ["ort best", "epifuse nhwc=0", "epifuse nhwc=1", "epifuse", "torch eager", "torch.compile", "vs ort",
-            "vs torch"]
+    cols = ["ort best", "epifuse nhwc=0", "epifuse nhwc=1", "epifuse"] + (["epifuse pdl"] if args.pdl else []) \
+        + ["torch eager", "torch.compile", "vs ort", "vs torch"]
     table = "\n".join(["| model | batch | " + " | ".join(cols) + " |", "|---" * (len(cols) + 2) + "|"]
                       + [f"| {r['model']} | {r['batch']} | " + " | ".join(f"{r[c]:.3f}" for c in cols) + " |"
                          for r in rows])

@@ -39,14 +39,18 @@ def _run(ort, model_bytes, feeds, library: bool, profile_dir=None, prefer_nhwc=F
     return outs, profile
 
 
-# prefer_nhwc: ORT also moves the ops between FusedConv regions to NHWC (what bench/ort_models.py times)
-@pytest.mark.parametrize("precision,prefer_nhwc", [("fp16", False), ("fp32", False), ("fp16", True)])
+# prefer_nhwc: ORT also moves the ops between FusedConv regions to NHWC (what bench/ort_models.py times);
+# pdl: EPIFUSE_PDL=1, the SM90 kernels launched as programmatic dependents of the kernel before them.
+@pytest.mark.parametrize("precision,prefer_nhwc,pdl", [("fp16", False, False), ("fp32", False, False),
+                                                       ("fp16", True, False), ("fp16", False, True)])
 @pytest.mark.parametrize("name", sorted(set(zoo.ZOO)))
-def test_zoo_model_on_cuda_ep(ort_gpu, name, precision, prefer_nhwc, tmp_path):
+def test_zoo_model_on_cuda_ep(ort_gpu, name, precision, prefer_nhwc, pdl, tmp_path, monkeypatch):
     from optimizer.passes.load import validate
     from optimizer.pipeline import optimize_model
     from optimizer.verify import random_inputs, rel_l2
 
+    if pdl:
+        monkeypatch.setenv("EPIFUSE_PDL", "1")
     original = validate(zoo.build(name, batch=2))
     optimized, report = optimize_model(original, target="ort-cuda", precision=precision)
     feeds = random_inputs(original, seed=1)

@@ -41,6 +41,12 @@ const KernelImpl* find_impl(const char* name);
 // false, with the CUDA error cleared, when CUDA cannot say.
 bool current_device_sms(int* device, int* sms);
 
+// Programmatic dependent launch for the kernels that support it (EPIFUSE_PDL=1; off by default
+// until measured): such a kernel may be scheduled while the previous kernel on the stream drains,
+// and waits (griddepcontrol.wait) for that grid's completion and memory before its first access.
+// Read on every launch, so tests can switch it per process state.
+bool programmatic_launch_enabled();
+
 // cudaError_t -> Status naming the kernel.
 Status check_launch(const char* kernel, cudaError_t e);
 

@@ -1,5 +1,6 @@
 // Name -> implementation for every kernel compiled into this build.
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -49,6 +50,11 @@ bool current_device_sms(int* device, int* sms) {
   }
   if (cacheable) cached[*device].store(*sms, std::memory_order_relaxed);
   return true;
+}
+
+bool programmatic_launch_enabled() {
+  const char* v = std::getenv("EPIFUSE_PDL");
+  return v && v[0] != '\0' && std::strcmp(v, "0") != 0;
 }
 
 Status check_launch(const char* kernel, cudaError_t e) {

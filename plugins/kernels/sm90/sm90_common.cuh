@@ -16,6 +16,9 @@
 #include <string>
 
 #include "cutlass/cutlass.h"
+#include "cutlass/arch/grid_dependency_control.h"
+#include "cutlass/cluster_launch.hpp"
+#include "cutlass/device_kernel.h"
 #include "cute/tensor.hpp"
 #include "cutlass/kernel_hardware_info.hpp"  // must precede the conv collective headers
 #include "cutlass/numeric_types.h"
@@ -269,10 +272,10 @@ inline Status check_cutlass(const char* kernel, const char* step, cutlass::Statu
   return Status::Error(std::string(kernel) + ": CUTLASS " + step + ": " + cutlass::cutlassGetStatusString(s));
 }
 
-// can_implement -> workspace check -> initialize (host: TMA descriptors) -> run on `stream`.
-template <class Op>
+// can_implement -> workspace check -> initialize (host: TMA descriptors) -> launch(op) on `stream`.
+template <class Op, class Launch>
 Status run_op(const char* kernel, typename Op::Arguments const& args, void* workspace, size_t workspace_bytes,
-              cudaStream_t stream) {
+              cudaStream_t stream, Launch launch) {
   EPIFUSE_RETURN_IF_ERROR(check_cutlass(kernel, "can_implement", Op::can_implement(args)));
   const size_t need = Op::get_workspace_size(args);
   if (need > workspace_bytes)
@@ -280,9 +283,35 @@ Status run_op(const char* kernel, typename Op::Arguments const& args, void* work
                          " bytes, needs " + std::to_string(need));
   Op op;
   EPIFUSE_RETURN_IF_ERROR(check_cutlass(kernel, "initialize", op.initialize(args, workspace, stream)));
-  EPIFUSE_RETURN_IF_ERROR(check_cutlass(kernel, "run", op.run(stream)));
+  EPIFUSE_RETURN_IF_ERROR(check_cutlass(kernel, "run", launch(op)));
   return check_launch(kernel, cudaGetLastError());
 }
+
+// Whether this translation unit's kernels contain CUTLASS's griddepcontrol waits (sources.cmake
+// defines CUTLASS_ENABLE_GDC_FOR_SM90; a kernel built without it must never be a PDL launch).
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+constexpr bool kGridDependencyControl = true;
+#else
+constexpr bool kGridDependencyControl = false;
+#endif
+
+// Launch as a programmatic dependent (kernel_api.h) when asked to and this TU's kernels wait. Static:
+// the answer differs between translation units, so each needs its own copy (an inline function would
+// let the linker pick one for all).
+static inline bool launch_with_pdl() { return kGridDependencyControl && programmatic_launch_enabled(); }
+
+// For programmatic dependent launch (kernel_api.h): CUTLASS's SM90 GEMM kernels wait for the prior
+// grid themselves (built with CUTLASS_ENABLE_GDC_FOR_SM90); its conv kernel does not, so this
+// subclass waits at entry, then lets the next kernel on the stream be scheduled (its CTAs fill SMs
+// this grid's last wave leaves idle, and wait in turn). Both are no-ops without a PDL launch.
+template <class Kernel>
+struct WaitsForPriorGrid : Kernel {
+  CUTLASS_DEVICE void operator()(typename Kernel::Params const& params, char* smem) {
+    cutlass::arch::wait_on_dependent_grids();
+    cutlass::arch::launch_dependent_grids();
+    Kernel::operator()(params, smem);
+  }
+};
 
 // A CUTLASS kernel whose cutlass::device_kernel launch bounds ask for `kMinBlocks` CTAs per SM
 // (CUTLASS's kernels say 1; -maxrregcount cannot override __launch_bounds__).

@@ -46,8 +46,8 @@ struct ConvConfig {
 
   using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop,
                                                        Mainloop::DispatchPolicy::NumSpatialDimensions>;
-  using Kernel = WithMinBlocksPerSm<cutlass::conv::kernel::ConvUniversal<ProblemShape, Mainloop, Epilogue>,
-                                    kTwoCtas ? 2 : 1>;
+  using Kernel = WaitsForPriorGrid<WithMinBlocksPerSm<
+      cutlass::conv::kernel::ConvUniversal<ProblemShape, Mainloop, Epilogue>, kTwoCtas ? 2 : 1>>;
   using Op = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 
   static_assert(!kTwoCtas || kTwoCtaStages >= 3, "two CTAs per SM leave fewer than 3 stages");
@@ -100,7 +100,18 @@ struct ConvConfig {
     if (p.dtype != kDType) return Status::Error(std::string(name) + ": wrong dtype " + dtype_name(p.dtype));
     if (p.attr.group != 1) return Status::Error(std::string(name) + ": group must be 1");
     EPIFUSE_RETURN_IF_ERROR(check_pointers(name, p, t));
-    return run_op<Op>(name, arguments(p, t), workspace, workspace_bytes, stream);
+    return run_op<Op>(name, arguments(p, t), workspace, workspace_bytes, stream, [&](Op& op) {
+      if (!launch_with_pdl()) return op.run(stream);
+      // ConvUniversalAdapter::run has no PDL flag: its launch, with the attribute.
+      typename Op::Params params = op.params();
+      void* kernel_params[] = {&params};
+      using ClusterShape = typename Kernel::DispatchPolicy::ClusterShape;
+      const dim3 cluster(cute::size<0>(ClusterShape{}), cute::size<1>(ClusterShape{}), cute::size<2>(ClusterShape{}));
+      return cutlass::ClusterLauncher::launch(Op::get_grid_shape(params), cluster, Kernel::get_block_shape(),
+                                              Kernel::SharedStorageSize, stream,
+                                              reinterpret_cast<void const*>(cutlass::device_kernel<Kernel>),
+                                              kernel_params, /*launch_with_pdl=*/true);
+    });
   }
 };
 

@@ -89,7 +89,8 @@ struct GemmConfig {
         a.pad_right || a.group != 1)
       return Status::Error(std::string(name) + ": not a 1x1, stride-1, unpadded, group-1 conv");
     EPIFUSE_RETURN_IF_ERROR(check_pointers(name, p, t));
-    return run_op<Op>(name, arguments(p, t), workspace, workspace_bytes, stream);
+    return run_op<Op>(name, arguments(p, t), workspace, workspace_bytes, stream,
+                      [&](Op& op) { return op.run(stream, nullptr, launch_with_pdl()); });
   }
 };
 

@@ -21,7 +21,10 @@ if(has_sm90a)
     ${sm90_dir}/conv_128x64x64_c2x1_2cta_f16.cu
     ${sm90_dir}/conv_128x64x64_c2x1_2cta_bf16.cu)
   set_target_properties(epifuse_sm90 PROPERTIES CUDA_ARCHITECTURES OFF POSITION_INDEPENDENT_CODE ON)
+  # CUTLASS_ENABLE_GDC_FOR_SM90: the GEMM kernels' griddepcontrol waits for programmatic dependent
+  # launch (EPIFUSE_PDL=1); no-ops for an ordinary launch.
   target_compile_options(epifuse_sm90 PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++17 -O3 -DNDEBUG
+                         -DCUTLASS_ENABLE_GDC_FOR_SM90
                          --expt-relaxed-constexpr -Xcompiler=-fPIC,-fvisibility=hidden
                          -gencode=arch=compute_90a,code=sm_90a>)
   target_include_directories(epifuse_sm90 PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
