@@ -1,4 +1,5 @@
 #include "registry.h"
+#include "wrapper_family.h"
 
 #include <algorithm>
 
@@ -32,6 +33,17 @@ const std::vector<KernelDescriptor>& kernel_registry() {
 const std::vector<std::string>& known_targets() {
   static const std::vector<std::string> targets = {"ort-cpu", "ort-cuda", "tensorrt"};
   return targets;
+}
+
+bool inner_kernel_can_implement(const char* inner_name, const ConvProblem& q, const std::string& context,
+                                std::string* why) {
+  for (const KernelDescriptor& k : kernel_registry())
+    if (std::string(k.name) == inner_name) {
+      std::string inner_why;
+      if (k.can_implement(q, &inner_why)) return true;
+      return reject(why, context + ": " + inner_why);
+    }
+  return reject(why, std::string("inner kernel ") + inner_name + " is not registered");
 }
 
 std::vector<const KernelDescriptor*> find_kernels(const std::string& target, const ConvProblem& p,

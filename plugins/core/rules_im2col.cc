@@ -8,14 +8,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <utility>
 
 #include "registry.h"
+#include "wrapper_family.h"
 
 namespace epifuse {
 namespace {
 
-const std::vector<std::string> kCudaTargets = {"ort-cuda", "tensorrt"};
 // The im2col matrix holds about R*S/(stride_h*stride_w) copies of X; past 1024 columns the copy
 // outgrows the work it saves (such a conv is no stem), so the direct kernels keep those problems.
 constexpr int64_t kMaxColumns = 1024;
@@ -24,15 +23,9 @@ constexpr int64_t kMaxColumns = 1024;
 constexpr int64_t kChunkBytes = int64_t(16) << 20;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
-struct Entry {
-  const char* name;
-  const char* inner;
-  int min_sm, max_sm;  // the inner kernel's
-};
-
 // Best first: the SM90 GEMMs (128x64 ping-pong: stems have K = 16-64 output channels, where a 128-wide
 // N tile is half padding), then the sm80 GEMM that also runs on later GPUs.
-constexpr Entry kEntries[] = {
+constexpr WrapperEntry kEntries[] = {
     {"im2col_sm90_f16_gemm1x1_128x64_pingpong", "sm90_f16_gemm1x1_128x64_pingpong", 90, 90},
     {"im2col_sm90_bf16_gemm1x1_128x64_pingpong", "sm90_bf16_gemm1x1_128x64_pingpong", 90, 90},
     {"im2col_sm90_f16_gemm1x1_128x128_coop", "sm90_f16_gemm1x1_128x128_coop", 90, 90},
@@ -40,8 +33,6 @@ constexpr Entry kEntries[] = {
     {"im2col_sm80_f16_64x64x64_4st", "sm80_f16_64x64x64_4st", 80, 1209},
     {"im2col_sm80_bf16_64x64x64_4st", "sm80_bf16_64x64x64_4st", 80, 1209},
 };
-
-static_assert(sizeof(kEntries) / sizeof(kEntries[0]) == kIm2colKernelCount, "registry.h's count");
 
 int64_t element_bytes(DType t) { return t == DType::kFloat ? 4 : 2; }
 
@@ -68,41 +59,19 @@ bool im2col_can_implement(const char* inner_name, const ConvProblem& p, std::str
   const ConvAttributes& a = p.attr;
   if (!int32_extent(p.H, a.pad_top, a.pad_bottom) || !int32_extent(p.W, a.pad_left, a.pad_right))
     return reject(why, "H + pads or W + pads exceeds INT32_MAX (the im2col kernel's int32 input coordinates)");
-  for (const KernelDescriptor& k : kernel_registry())
-    if (std::string(k.name) == inner_name) {
-      const ConvProblem q = im2col_gemm_problem(p, im2col_chunk_images(p));
-      std::string inner_why;
-      if (k.can_implement(q, &inner_why)) return true;
-      return reject(why, "as a 1x1 GEMM over one chunk (C = R*S*C rounded up to 8 = " + std::to_string(q.C) +
-                             "): " + inner_why);
-    }
-  return reject(why, std::string("inner kernel ") + inner_name + " is not registered");
+  const ConvProblem q = im2col_gemm_problem(p, im2col_chunk_images(p));
+  return inner_kernel_can_implement(
+      inner_name, q, "as a 1x1 GEMM over one chunk (C = R*S*C rounded up to 8 = " + std::to_string(q.C) + ")", why);
 }
 
-template <int I>
-bool rule(const ConvProblem& p, std::string* why) {
-  return im2col_can_implement(kEntries[I].inner, p, why);
-}
-
-template <int... I>
-std::vector<KernelDescriptor> descriptors(std::integer_sequence<int, I...>) {
-  return {KernelDescriptor{kEntries[I].name, kCudaTargets, rule<I>, kEntries[I].min_sm, kEntries[I].max_sm}...};
-}
+using Family = WrapperFamily<kEntries, im2col_can_implement>;
+static_assert(Family::kCount == kIm2colKernelCount, "registry.h's count");
 
 }  // namespace
 
-std::vector<KernelDescriptor> im2col_kernel_rules() {
-  return descriptors(std::make_integer_sequence<int, int(sizeof(kEntries) / sizeof(kEntries[0]))>{});
-}
-
-const char* im2col_kernel_name(int i) { return i >= 0 && i < kIm2colKernelCount ? kEntries[i].name : nullptr; }
-
-const char* im2col_inner_kernel(const char* name) {
-  if (!name) return nullptr;
-  for (const Entry& e : kEntries)
-    if (std::string(e.name) == name) return e.inner;
-  return nullptr;
-}
+std::vector<KernelDescriptor> im2col_kernel_rules() { return Family::descriptors(); }
+const char* im2col_kernel_name(int i) { return Family::name(i); }
+const char* im2col_inner_kernel(const char* name) { return Family::inner(name); }
 
 int64_t im2col_chunk_images(const ConvProblem& p) {
   const int64_t P = p.P(), Q = p.Q();

@@ -176,22 +176,10 @@ Status launch(const char* name, const ConvProblem& p, const Tensors& t, void* wo
   });
 }
 
-// Kernel I of the family is named by plugins/core (im2col_kernel_name), so the names live in one place.
-template <int I>
-size_t workspace_size_of(const ConvProblem& p) {
-  return workspace_size(im2col_kernel_name(I), p);
-}
-template <int I>
-Status launch_of(const ConvProblem& p, const Tensors& t, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  return launch(im2col_kernel_name(I), p, t, workspace, workspace_bytes, stream);
-}
-template <int... I>
-std::vector<KernelImpl> entries(std::integer_sequence<int, I...>) {
-  return {KernelImpl{im2col_kernel_name(I), workspace_size_of<I>, launch_of<I>}...};
-}
-
 }  // namespace
 
-std::vector<KernelImpl> im2col_kernels() { return entries(std::make_integer_sequence<int, kIm2colKernelCount>{}); }
+std::vector<KernelImpl> im2col_kernels() {
+  return NamedFamily<im2col_kernel_name, workspace_size, launch, kIm2colKernelCount>::kernels();
+}
 
 }  // namespace epifuse::cuda

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "conv_problem.h"
@@ -33,6 +34,28 @@ struct KernelImpl {
 std::vector<KernelImpl> direct_kernels();
 std::vector<KernelImpl> sm80_kernels();
 std::vector<KernelImpl> sm90_kernels();
+
+// A family whose kernel I is named by plugins/core (kName(I), the names in one place) and implemented by
+// kWorkspace(name, p) / kLaunch(name, ...): the im2col + GEMM and channel-padding kernels.
+template <const char* (*kName)(int), size_t (*kWorkspace)(const char*, const ConvProblem&),
+          Status (*kLaunch)(const char*, const ConvProblem&, const Tensors&, void*, size_t, cudaStream_t), int kCount>
+struct NamedFamily {
+  static std::vector<KernelImpl> kernels() { return kernels(std::make_integer_sequence<int, kCount>{}); }
+
+ private:
+  template <int I>
+  static size_t workspace_of(const ConvProblem& p) {
+    return kWorkspace(kName(I), p);
+  }
+  template <int I>
+  static Status launch_of(const ConvProblem& p, const Tensors& t, void* ws, size_t ws_bytes, cudaStream_t stream) {
+    return kLaunch(kName(I), p, t, ws, ws_bytes, stream);
+  }
+  template <int... I>
+  static std::vector<KernelImpl> kernels(std::integer_sequence<int, I...>) {
+    return {KernelImpl{kName(I), workspace_of<I>, launch_of<I>}...};
+  }
+};
 
 // The implementation of registry kernel `name`, or null when this build does not contain it.
 const KernelImpl* find_impl(const char* name);

@@ -49,22 +49,10 @@ Status launch(const char* name, const ConvProblem& p, const Tensors& t, void* wo
   return inner->launch(q, {x, w, t.b, t.z, t.y}, base + l.x_bytes + l.w_bytes, l.inner_bytes, stream);
 }
 
-// Kernel I of the family is named by plugins/core (padded_kernel_name), so the names live in one place.
-template <int I>
-size_t workspace_size_of(const ConvProblem& p) {
-  return workspace_size(padded_kernel_name(I), p);
-}
-template <int I>
-Status launch_of(const ConvProblem& p, const Tensors& t, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  return launch(padded_kernel_name(I), p, t, workspace, workspace_bytes, stream);
-}
-template <int... I>
-std::vector<KernelImpl> entries(std::integer_sequence<int, I...>) {
-  return {KernelImpl{padded_kernel_name(I), workspace_size_of<I>, launch_of<I>}...};
-}
-
 }  // namespace
 
-std::vector<KernelImpl> padded_kernels() { return entries(std::make_integer_sequence<int, kPaddedKernelCount>{}); }
+std::vector<KernelImpl> padded_kernels() {
+  return NamedFamily<padded_kernel_name, workspace_size, launch, kPaddedKernelCount>::kernels();
+}
 
 }  // namespace epifuse::cuda
