@@ -9,9 +9,9 @@ STEM = ConvDesc(FLOAT16, 32, 224, 224, 3, 64, 7, 7, 1, 2, 2, 1, 1, 3, 3, 3, 3, "
 
 
 def without_im2col(names):
-    """The im2col + GEMM kernels (test_rules_im2col.py) come first for stems; these tests are about
-    what follows them."""
-    return [n for n in names if not n.startswith("im2col_")]
+    """The stem and im2col + GEMM kernels (test_rules_stem.py, test_rules_im2col.py) come first for
+    stems; these tests are about what follows them."""
+    return [n for n in names if not n.startswith("im2col_") and n != "cuda_stem_mma"]
 
 
 def test_rgb_stem_prefers_the_padded_tensor_core_kernels():

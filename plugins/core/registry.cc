@@ -21,8 +21,9 @@ const std::vector<KernelDescriptor>& kernel_registry() {
   static const std::vector<KernelDescriptor> registry = [] {
     std::vector<KernelDescriptor> all = {{"cpu_eigen", {"ort-cpu"}, cpu_eigen_can_implement, 0, 0}};
     // gemv first: it only takes 1x1 convs over a few pixels, where a tensor-core tile is mostly padding.
-    // im2col before padding: for few-channel stems a GEMM over R*S*C beats a conv on padded channels.
-    for (auto family : {gemv_kernel_rules, sm90_kernel_rules, im2col_kernel_rules, padded_kernel_rules,
+    // The stem kernel before im2col, and im2col before padding: for few-channel stems a GEMM over
+    // R*S*C beats a conv on padded channels, and building its rows in shared memory beats writing them.
+    for (auto family : {gemv_kernel_rules, stem_kernel_rules, sm90_kernel_rules, im2col_kernel_rules, padded_kernel_rules,
                         sm80_kernel_rules, direct_kernel_rules})
       for (KernelDescriptor& k : family()) all.push_back(k);
     return all;

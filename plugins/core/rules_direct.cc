@@ -1,6 +1,7 @@
 // Rules of the CUDA kernels written here without CUTLASS (plugins/kernels: direct_fused_conv.cu,
-// depthwise_fused_conv.cu, gemv_fused_conv.cu).
+// depthwise_fused_conv.cu, gemv_fused_conv.cu, stem_fused_conv.cu).
 #include <algorithm>
+#include <cstdint>
 
 #include "registry.h"
 
@@ -46,6 +47,43 @@ bool gemv_can_implement(const ConvProblem& p, std::string* why) {
   return true;
 }
 
+}  // namespace
+
+// The stem kernel: fp16/bf16 on mma.sync, group 1, C <= 4 (RGB, RGBA, grayscale; padded to 4 in
+// shared memory), at most 64 filter taps (its filter block, [64][64 x 4 + 8] elements, stays in shared
+// memory for the whole block) and a patch of at most 32768 elements (64 KB). H, W and N may be unknown:
+// the patch depends only on the filter, strides and dilations; the launch checks the concrete extents.
+constexpr int64_t kStemMaxTaps = 64, kStemMaxPatch = 32768;
+
+int64_t stem_patch_elements(const ConvProblem& p) {
+  if (p.R < 0 || p.S < 0) return -1;
+  const ConvAttributes& a = p.attr;
+  auto extent = [](int64_t tile, int64_t stride, int64_t dilation, int64_t taps) {
+    const int64_t span = saturating_product({tile - 1, stride}), reach = saturating_product({taps - 1, dilation});
+    return span > INT64_MAX / 2 || reach > INT64_MAX / 2 ? INT64_MAX : span + reach + 1;
+  };
+  return saturating_product({extent(kStemTileRows, a.stride_h, a.dil_h, std::max<int64_t>(p.R, 1)),
+                             extent(kStemTileCols, a.stride_w, a.dil_w, std::max<int64_t>(p.S, 1)), kStemChannels});
+}
+
+bool stem_can_implement(const ConvProblem& p, std::string* why) {
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
+    return reject(why, std::string("dtype ") + dtype_name(p.dtype) + " (needs float16 or bfloat16)");
+  if (p.attr.group != 1) return reject(why, "group " + std::to_string(p.attr.group) + " (needs 1)");
+  if (p.C < 0 || p.R < 0 || p.S < 0) return reject(why, "C, R and S must be known");
+  if (p.C > kStemChannels) return reject(why, "C = " + std::to_string(p.C) + " > " + std::to_string(kStemChannels));
+  const int64_t taps = saturating_product({p.R, p.S});
+  if (taps > kStemMaxTaps)
+    return reject(why, "R*S = " + std::to_string(taps) + " filter taps > " + std::to_string(kStemMaxTaps));
+  const int64_t patch = stem_patch_elements(p);
+  if (patch > kStemMaxPatch)
+    return reject(why, "input patch of " + std::to_string(patch) + " elements > " + std::to_string(kStemMaxPatch) +
+                           " (strides and dilations too large for shared memory)");
+  return true;
+}
+
+namespace {
+
 // One thread per output element: no alignment or group constraints; the fallback for all.
 bool direct_can_implement(const ConvProblem& p, std::string* why) { return float_dtype(p, why); }
 
@@ -56,6 +94,10 @@ bool always(const ConvProblem&) { return true; }
 
 std::vector<KernelDescriptor> gemv_kernel_rules() {
   return {{"cuda_gemv_1x1", kCudaTargets, gemv_can_implement, kMinSm, kMaxSm, always}};
+}
+
+std::vector<KernelDescriptor> stem_kernel_rules() {
+  return {{"cuda_stem_mma", kCudaTargets, stem_can_implement, kMinSm, kMaxSm}};
 }
 
 std::vector<KernelDescriptor> direct_kernel_rules() {

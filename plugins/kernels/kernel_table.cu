@@ -11,8 +11,9 @@ namespace epifuse::cuda {
 KernelImpl direct_kernel();
 KernelImpl depthwise_kernel();
 KernelImpl gemv_kernel();
+KernelImpl stem_kernel();
 
-std::vector<KernelImpl> direct_kernels() { return {gemv_kernel(), depthwise_kernel(), direct_kernel()}; }
+std::vector<KernelImpl> direct_kernels() { return {gemv_kernel(), stem_kernel(), depthwise_kernel(), direct_kernel()}; }
 std::vector<KernelImpl> padded_kernels();
 std::vector<KernelImpl> im2col_kernels();
 
