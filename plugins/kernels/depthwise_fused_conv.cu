@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "dtype.cuh"
 #include "epilogue.cuh"
@@ -89,8 +90,11 @@ __global__ void depthwise_vec(Geometry g, const T* __restrict__ x, const T* __re
 constexpr int kStripThreads = 128;  // block size cap: registers (taps) limit the warps per SM anyway
 
 // Channels per thread and output columns per thread of the strip kernel, per filter width and
-// stride. The taps of a thread (R*S*VEC floats) stay in registers, so VEC shrinks as S grows.
+// stride. The taps of a thread (R*S*VEC floats) stay in registers, so VEC shrinks as S grows; past
+// 64 of them (7x7) they move to shared memory: in registers they held the 7x7 kernel at 195
+// registers, 8 warps per SM, too few to hide its load latency.
 constexpr int strip_vec(int s) { return s <= 3 ? 4 : 2; }
+constexpr bool shared_taps(int r, int s, int vec) { return r * s * vec > 64; }
 constexpr int strip_cols(int stride_w, int s, int elem_bytes) {
   return stride_w == 1 && !(s == 7 && elem_bytes == 4) ? 8 : 4;  // fp32 7x7: 8 would spill
 }
@@ -142,8 +146,21 @@ __device__ __forceinline__ void load_floats(float (&out)[VEC], const Vec<__nv_bf
 // acc[j] += sum over the filter of x * taps for the TQ outputs of the strip whose input window
 // starts at (h_first, w_first). kInterior: every row and column of the window is inside the image,
 // so the loads need no predicates; otherwise each load is predicated and padding reads as 0.
-template <bool kInterior, class T, int VEC, int R, int S, int SW, int TQ>
-__device__ __forceinline__ void strip_accumulate(float (&acc)[TQ][VEC], const float (&taps)[R][S][VEC],
+// A thread's taps: taps(r, s, k) for its channel k, from registers or from the block's shared copy.
+template <int R, int S, int VEC>
+struct RegisterTaps {
+  float v[R][S][VEC];
+  __device__ __forceinline__ float operator()(int r, int s, int k) const { return v[r][s][k]; }
+};
+template <int S>
+struct SharedTaps {
+  const float* base;  // the block's [R*S][channels] taps, at this thread's first channel
+  int stride;         // channels of the block
+  __device__ __forceinline__ float operator()(int r, int s, int k) const { return base[(r * S + s) * stride + k]; }
+};
+
+template <bool kInterior, class T, int VEC, int R, int S, int SW, int TQ, class Taps>
+__device__ __forceinline__ void strip_accumulate(float (&acc)[TQ][VEC], const Taps& taps,
                                                  const T* __restrict__ xn, const Geometry& g, int h_first,
                                                  int w_first) {
   using V = Vec<T, VEC>;
@@ -171,7 +188,7 @@ __device__ __forceinline__ void strip_accumulate(float (&acc)[TQ][VEC], const fl
 #pragma unroll
       for (int j = 0; j < TQ; ++j)
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) acc[j][k] = fmaf(xf[j * SW + s][k], taps[r][s][k], acc[j][k]);
+        for (int k = 0; k < VEC; ++k) acc[j][k] = fmaf(xf[j * SW + s][k], taps(r, s, k), acc[j][k]);
   }
 }
 
@@ -206,7 +223,7 @@ __device__ __forceinline__ void strip_store(const float (&acc)[TQ][VEC], const f
 // multiplier 1, dil_w 1, stride_w SW. blockDim = (tile.groups, rows); gridDim = (chunks, slices).
 // All int math is 32-bit except the per-image base offsets (the host checks the bounds).
 template <class T, int VEC, int R, int S, int SW, int TQ>
-__global__ void __launch_bounds__(kStripThreads)
+__global__ void __launch_bounds__(kStripThreads, shared_taps(R, S, VEC) ? 4 : 1)
     depthwise_strip(Geometry g, StripTile tile, const T* __restrict__ x, const T* __restrict__ w,
                     const T* __restrict__ b, const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue) {
   using V = Vec<T, VEC>;
@@ -215,16 +232,30 @@ __global__ void __launch_bounds__(kStripThreads)
   const int begin = blockIdx.x * tile.per_block;
   const int end = min(tile.spatial, begin + tile.per_block);
   int item = begin + threadIdx.y;
-  if (c >= g.C || item >= end) return;  // no __syncthreads below
 
-  // This thread's taps and bias, once: W is [K][R][S] (C / group == 1).
-  float taps[R][S][VEC];
+  // This thread's taps: W is [K][R][S] (C / group == 1).
+  using Taps = std::conditional_t<shared_taps(R, S, VEC), SharedTaps<S>, RegisterTaps<R, S, VEC>>;
+  Taps taps;
+  if constexpr (shared_taps(R, S, VEC)) {
+    extern __shared__ float block_taps[];  // [R*S][tile.groups * VEC]
+    const int channels = tile.groups * VEC, c_block = blockIdx.y * channels;
+    for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < R * S * channels; i += blockDim.x * blockDim.y) {
+      const int tap = i / channels, cl = i - tap * channels;
+      block_taps[i] = c_block + cl < g.C ? to_float(__ldg(w + (c_block + cl) * R * S + tap)) : 0.f;
+    }
+    __syncthreads();
+    taps = SharedTaps<S>{block_taps + threadIdx.x * VEC, channels};
+  } else {
+    if (c < g.C) {
 #pragma unroll
-  for (int k = 0; k < VEC; ++k)
+      for (int k = 0; k < VEC; ++k)
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int s = 0; s < S; ++s) taps[r][s][k] = to_float(__ldg(w + ((c + k) * R + r) * S + s));
+          for (int s = 0; s < S; ++s) taps.v[r][s][k] = to_float(__ldg(w + ((c + k) * R + r) * S + s));
+    }
+  }
+  if (c >= g.C || item >= end) return;  // no __syncthreads below
   float bias[VEC];
   {
     const V bv = *reinterpret_cast<const V*>(b + c);
@@ -351,9 +382,16 @@ bool launch_strip(const Geometry& g, const Tensors& t, const Epilogue& e, cudaSt
 
   // One wave of blocks, each owning a contiguous run of items: a thread loads its taps once.
   const auto kernel = depthwise_strip<T, kVec, R, S, SW, kCols>;
+  const size_t smem = shared_taps(R, S, kVec) ? size_t(R) * S * groups * kVec * sizeof(float) : 0;
+  // A slice holds up to kStripThreads * kVec channels: 49 * 256 * 4 bytes passes the default 48 KB.
+  if (smem > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
   int device = 0, sms = 0, per_sm = 0;
   if (!current_device_sms(&device, &sms) ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, groups * rows, 0) != cudaSuccess) {
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, groups * rows, smem) != cudaSuccess) {
     cudaGetLastError();  // clear it; the other paths need none of these
     return false;
   }
@@ -364,7 +402,7 @@ bool launch_strip(const Geometry& g, const Tensors& t, const Epilogue& e, cudaSt
   per_block = (per_block + rows - 1) / rows * rows;
   const int64_t chunks = (spatial + per_block - 1) / per_block;
   const StripTile tile{groups, int(strips), int(spatial), int(per_block)};
-  kernel<<<dim3(unsigned(chunks), unsigned(slices)), dim3(unsigned(groups), unsigned(rows)), 0, stream>>>(
+  kernel<<<dim3(unsigned(chunks), unsigned(slices)), dim3(unsigned(groups), unsigned(rows)), smem, stream>>>(
       g, tile, static_cast<const T*>(t.x), static_cast<const T*>(t.w), static_cast<const T*>(t.b),
       static_cast<const T*>(t.z), static_cast<T*>(t.y), e);
   return true;
