@@ -92,7 +92,9 @@ constexpr int kStripThreads = 128;  // block size cap: registers (taps) limit th
 // Channels per thread and output columns per thread of the strip kernel, per filter width and
 // stride. The taps of a thread (R*S*VEC floats) stay in registers, so VEC shrinks as S grows; past
 // 64 of them (7x7) they move to shared memory: in registers they held the 7x7 kernel at 195
-// registers, 8 warps per SM, too few to hide its load latency.
+// registers, 8 warps per SM, too few to hide its load latency. That kernel is then bounded to 5
+// blocks per SM (96 registers, a few spilled): ConvNeXt's dw7x7 121.7 us -> 96.5 (4 blocks) -> 92.5
+// (5) -> 91.2 (6, 156 bytes spilled) on the H200.
 constexpr int strip_vec(int s) { return s <= 3 ? 4 : 2; }
 constexpr bool shared_taps(int r, int s, int vec) { return r * s * vec > 64; }
 constexpr int strip_cols(int stride_w, int s, int elem_bytes) {
@@ -223,7 +225,7 @@ __device__ __forceinline__ void strip_store(const float (&acc)[TQ][VEC], const f
 // multiplier 1, dil_w 1, stride_w SW. blockDim = (tile.groups, rows); gridDim = (chunks, slices).
 // All int math is 32-bit except the per-image base offsets (the host checks the bounds).
 template <class T, int VEC, int R, int S, int SW, int TQ>
-__global__ void __launch_bounds__(kStripThreads, shared_taps(R, S, VEC) ? 4 : 1)
+__global__ void __launch_bounds__(kStripThreads, shared_taps(R, S, VEC) ? 5 : 1)
     depthwise_strip(Geometry g, StripTile tile, const T* __restrict__ x, const T* __restrict__ w,
                     const T* __restrict__ b, const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue) {
   using V = Vec<T, VEC>;
