@@ -240,11 +240,21 @@ __global__ void __launch_bounds__(kStripThreads, shared_taps(R, S, VEC) ? 5 : 1)
   Taps taps;
   if constexpr (shared_taps(R, S, VEC)) {
     extern __shared__ float block_taps[];  // [R*S][tile.groups * VEC]
-    const int channels = tile.groups * VEC, c_block = blockIdx.y * channels;
-    for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < R * S * channels; i += blockDim.x * blockDim.y) {
-      const int tap = i / channels, cl = i - tap * channels;
-      block_taps[i] = c_block + cl < g.C ? to_float(__ldg(w + (c_block + cl) * R * S + tap)) : 0.f;
-    }
+    const int channels = tile.groups * VEC;
+    // Each thread stages its own channels' taps, a filter row (S*VEC loads in flight) at a time;
+    // the block's rows of threads split the filter rows. Channels past C are never read.
+    if (c < g.C)
+      for (int r = threadIdx.y; r < R; r += blockDim.y) {
+        float row[S][VEC];
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) row[s][k] = to_float(__ldg(w + ((c + k) * R + r) * S + s));
+#pragma unroll
+        for (int s = 0; s < S; ++s)
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) block_taps[(r * S + s) * channels + threadIdx.x * VEC + k] = row[s][k];
+      }
     __syncthreads();
     taps = SharedTaps<S>{block_taps + threadIdx.x * VEC, channels};
   } else {
