@@ -93,8 +93,8 @@ constexpr int kStripThreads = 128;  // block size cap: registers (taps) limit th
 // stride. The taps of a thread (R*S*VEC floats) stay in registers, so VEC shrinks as S grows; past
 // 64 of them (7x7) they move to shared memory: in registers they held the 7x7 kernel at 195
 // registers, 8 warps per SM, too few to hide its load latency. That kernel is then bounded to 5
-// blocks per SM (96 registers, a few spilled): ConvNeXt's dw7x7 121.7 us -> 96.5 (4 blocks) -> 92.5
-// (5) -> 91.2 (6, 156 bytes spilled) on the H200.
+// blocks per SM (96 registers, a few bytes spilled; 6 blocks spilled 156 bytes for 1% more): ConvNeXt's
+// dw7x7 121.7 -> 85.2 us on the H200 (docs/bench-kernels.md).
 constexpr int strip_vec(int s) { return s <= 3 ? 4 : 2; }
 constexpr bool shared_taps(int r, int s, int vec) { return r * s * vec > 64; }
 constexpr int strip_cols(int stride_w, int s, int elem_bytes) {

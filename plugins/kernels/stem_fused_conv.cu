@@ -38,7 +38,7 @@ static_assert(kTileM == kWarps * 32, "each warp owns 32 pixels: two m16 tiles");
 struct Geometry {
   int N, H, W, C, K, R, S, P, Q;
   int stride_h, stride_w, dil_h, dil_w, pad_top, pad_left;
-  int columns, columns_padded;  // R*S*C, rounded up to 16
+  int columns_padded;  // the reduction: R*S taps rounded up to 4, times kStemChannels
   int patch_h, patch_w;
   int tiles_p, tiles_q;
   int64_t tiles;  // k_blocks * N * tiles_p * tiles_q
@@ -340,8 +340,7 @@ Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_
   g.P = int(P), g.Q = int(Q);
   g.stride_h = int(a.stride_h), g.stride_w = int(a.stride_w), g.dil_h = int(a.dil_h), g.dil_w = int(a.dil_w);
   g.pad_top = int(a.pad_top), g.pad_left = int(a.pad_left);
-  g.columns = int(p.R * p.S * p.C);
-  g.columns_padded = int((p.R * p.S + 3) / 4 * 16);  // taps rounded up to 4, 4 channels each
+  g.columns_padded = int((p.R * p.S + 3) / 4 * 4 * kStemChannels);
   g.patch_h = (kStemTileRows - 1) * g.stride_h + (g.R - 1) * g.dil_h + 1;
   g.patch_w = (kStemTileCols - 1) * g.stride_w + (g.S - 1) * g.dil_w + 1;
   g.tiles_p = (g.P + kStemTileRows - 1) / kStemTileRows;
@@ -349,8 +348,7 @@ Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_
   const int patch_elements = int(stem_patch_elements(p));
   const int block_n = p.K <= 16 ? 16 : p.K <= 32 ? 32 : 64;
   g.tiles = int64_t(g.N) * g.tiles_p * g.tiles_q * ((g.K + block_n - 1) / block_n);
-  const bool vector_store =
-      p.K % 8 == 0 && (reinterpret_cast<uintptr_t>(t.y) | reinterpret_cast<uintptr_t>(t.z)) % 16 == 0;
+  const bool vector_store = p.K % 8 == 0 && reinterpret_cast<uintptr_t>(t.y) % 16 == 0;  // Z is read per element
   return visit_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float>) {
