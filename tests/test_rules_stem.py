@@ -38,8 +38,8 @@ def test_few_channel_convs_get_the_stem_kernel_first(target, desc):
     (dataclasses.replace(STEM, C=8), "C = 8: the implicit-GEMM kernels read X directly"),
     (dataclasses.replace(STEM, C=6, K=12, group=3), "grouped"),
     (dataclasses.replace(STEM, C=1, R=9, S=9), "81 taps > 64"),
-    (dataclasses.replace(STEM, C=4, R=3, S=3, dil_h=40, dil_w=40), "patch of 87 x 95 x 4 elements"),
-    (dataclasses.replace(STEM, C=3, R=3, S=3, stride_h=30, stride_w=30), "patch of 213 x 453 x 3 elements"),
+    (dataclasses.replace(STEM, C=4, R=3, S=3, dil_h=40, dil_w=40), "patch of 95 x 111 x 4 elements"),
+    (dataclasses.replace(STEM, C=3, R=3, S=3, stride_h=30, stride_w=30), "patch of 213 x 453 x 4 elements"),
 ], ids=["fp32", "c8", "grouped", "taps_81", "dilation", "stride"])
 def test_stem_kernel_is_not_offered_where_it_cannot_run(desc, why):
     names = registry.kernel_names("ort-cuda", desc)
