@@ -73,11 +73,8 @@ ConvProblem im2col_gemm_problem(const ConvProblem& p, int64_t images);
 
 // The tensor-core stem kernel (plugins/kernels/stem_fused_conv.cu) computes output tiles of
 // kStemTileRows x kStemTileCols pixels from an input patch staged in shared memory with the channels
-// padded to kStemChannels: its elements ((tile - 1) * stride + (R - 1) * dilation + 1 per axis, times
-// kStemChannels; -1 when R or S is unknown), and the rule both sides apply.
+// padded to kStemChannels; its rule (rules_direct.cc) bounds that patch by the same geometry.
 constexpr int kStemTileRows = 8, kStemTileCols = 16, kStemChannels = 4;
-int64_t stem_patch_elements(const ConvProblem& p);
-bool stem_can_implement(const ConvProblem& p, std::string* why);
 
 // Kernels for `target` that can run `p` (on a device of compute capability `sm`, or any device
 // when sm is 0), best first: those `preferred` for p, then the rest, each in registry order. When none, `why` says why (an invalid problem, an unknown target, or each

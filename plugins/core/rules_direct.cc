@@ -47,14 +47,14 @@ bool gemv_can_implement(const ConvProblem& p, std::string* why) {
   return true;
 }
 
-}  // namespace
-
 // The stem kernel: fp16/bf16 on mma.sync, group 1, C <= 4 (RGB, RGBA, grayscale; padded to 4 in
 // shared memory), at most 64 filter taps (its filter block, [64][64 x 4 + 8] elements, stays in shared
 // memory for the whole block) and a patch of at most 32768 elements (64 KB). H, W and N may be unknown:
 // the patch depends only on the filter, strides and dilations; the launch checks the concrete extents.
 constexpr int64_t kStemMaxTaps = 64, kStemMaxPatch = 32768;
 
+// Elements of the patch one output tile reads ((tile - 1) * stride + (R - 1) * dilation + 1 per axis,
+// times kStemChannels), saturated; -1 when R or S is unknown.
 int64_t stem_patch_elements(const ConvProblem& p) {
   if (p.R < 0 || p.S < 0) return -1;
   const ConvAttributes& a = p.attr;
@@ -81,8 +81,6 @@ bool stem_can_implement(const ConvProblem& p, std::string* why) {
                            " (strides and dilations too large for shared memory)");
   return true;
 }
-
-namespace {
 
 // One thread per output element: no alignment or group constraints; the fallback for all.
 bool direct_can_implement(const ConvProblem& p, std::string* why) { return float_dtype(p, why); }

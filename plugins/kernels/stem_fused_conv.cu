@@ -22,6 +22,9 @@
 #include <string>
 #include <type_traits>
 
+#include <cute/arch/copy_sm75.hpp>
+#include <cute/arch/mma_sm80.hpp>
+
 #include "activation.h"
 #include "dtype.cuh"
 #include "kernel_api.h"
@@ -44,29 +47,18 @@ struct Geometry {
   int64_t tiles;  // k_blocks * N * tiles_p * tiles_q
 };
 
+// mma.sync m16n8k16 with fp32 accumulation, the operand type T's atom from CuTe.
 template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+using Mma16816 = std::conditional_t<std::is_same_v<T, __half>, cute::SM80_16x8x16_F32F16F16F32_TN,
+                                    cute::SM80_16x8x16_F32BF16BF16F32_TN>;
+
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  Mma16816<T>::fma(c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3], b0, b1, c[0], c[1], c[2], c[3]);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* shared) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
+  cute::SM75_U32x4_LDSM_N::copy(*static_cast<const cute::uint128_t*>(shared), r[0], r[1], r[2], r[3]);
 }
 
 template <class T>
@@ -286,10 +278,10 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kBlockN))
 size_t no_workspace(const ConvProblem&) { return 0; }
 
 template <class T, int kBlockN, class Act>
-Status launch_with(const Geometry& g, int patch_elements, const Tensors& t, Act act, Residual residual,
-                   bool vector_store, cudaStream_t stream) {
+Status launch_with(const Geometry& g, const Tensors& t, Act act, Residual residual, bool vector_store,
+                   cudaStream_t stream) {
   auto kernel = stem_fused_conv<T, kBlockN, Act>;
-  const size_t smem = Layout<kBlockN>(g.columns_padded, patch_elements, sizeof(T)).total;
+  const size_t smem = Layout<kBlockN>(g.columns_padded, g.patch_h * g.patch_w * kStemChannels, sizeof(T)).total;
   // The largest shared-memory carveout: the default one fits 3 blocks of ~40 KB, registers allow 4.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        cudaSharedmemCarveoutMaxShared);
@@ -310,11 +302,9 @@ Status launch_with(const Geometry& g, int patch_elements, const Tensors& t, Act 
 }
 
 template <class T, int kBlockN>
-Status launch_typed(const Geometry& g, int patch_elements, const Tensors& t, const ConvAttributes& a, bool vector_store,
+Status launch_typed(const Geometry& g, const Tensors& t, const ConvAttributes& a, bool vector_store,
                     cudaStream_t stream) {
-  auto with = [&](auto act) {
-    return launch_with<T, kBlockN>(g, patch_elements, t, act, a.residual, vector_store, stream);
-  };
+  auto with = [&](auto act) { return launch_with<T, kBlockN>(g, t, act, a.residual, vector_store, stream); };
   switch (a.activation.kind) {  // ResNet (relu), YOLO and EfficientNet (silu), MobileNetV3 (hardswish), ConvNeXt (none)
     case ActivationKind::kIdentity: return with(act::Identity{});
     case ActivationKind::kRelu: return with(act::Relu{});
@@ -324,11 +314,10 @@ Status launch_typed(const Geometry& g, int patch_elements, const Tensors& t, con
   }
 }
 
+// Callers have checked stem_can_implement (the C ABI, kernel selection, TensorRT's shape change), so
+// the patch fits shared memory; the concrete extents must also fit the int32 indexing used here.
 Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
-  std::string why;
-  if (!stem_can_implement(p, &why)) return Status::Error("cuda_stem_mma: " + why);
   const ConvAttributes& a = p.attr;
-  // The rule bounds the patch; the concrete extents must also fit the int32 indexing used here.
   const int64_t P = p.P(), Q = p.Q();
   for (int64_t v : {p.N, p.H, p.W * p.C, P, Q, p.K, p.H + a.pad_top + a.pad_bottom,
                     (p.W + a.pad_left + a.pad_right) * p.C, P * a.stride_h + (p.R - 1) * a.dil_h,
@@ -345,7 +334,6 @@ Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_
   g.patch_w = (kStemTileCols - 1) * g.stride_w + (g.S - 1) * g.dil_w + 1;
   g.tiles_p = (g.P + kStemTileRows - 1) / kStemTileRows;
   g.tiles_q = (g.Q + kStemTileCols - 1) / kStemTileCols;
-  const int patch_elements = int(stem_patch_elements(p));
   const int block_n = p.K <= 16 ? 16 : p.K <= 32 ? 32 : 64;
   g.tiles = int64_t(g.N) * g.tiles_p * g.tiles_q * ((g.K + block_n - 1) / block_n);
   const bool vector_store = p.K % 8 == 0 && reinterpret_cast<uintptr_t>(t.y) % 16 == 0;  // Z is read per element
@@ -355,9 +343,9 @@ Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_
       return Status::Error("cuda_stem_mma: float32 has no tensor-core path here");
     } else {
       switch (block_n) {
-        case 16: return launch_typed<T, 16>(g, patch_elements, t, a, vector_store, stream);
-        case 32: return launch_typed<T, 32>(g, patch_elements, t, a, vector_store, stream);
-        default: return launch_typed<T, 64>(g, patch_elements, t, a, vector_store, stream);
+        case 16: return launch_typed<T, 16>(g, t, a, vector_store, stream);
+        case 32: return launch_typed<T, 32>(g, t, a, vector_store, stream);
+        default: return launch_typed<T, 64>(g, t, a, vector_store, stream);
       }
     }
   });
