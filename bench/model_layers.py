@@ -5,8 +5,9 @@
 The model (models/resnet50.py or models/yolo.py, fixed batch) is optimized for ort-cuda fp16 as
 `epifuse optimize` does; each distinct FusedConv problem is then timed as in bench/kernels.py
 (CUDA-graph replay, µs per call): every kernel the registry offers (best and heuristic first
-choice), cuDNN conv alone, and cuDNN conv followed by the node's activation and residual add in
-PyTorch eager (what an unfused runtime launches). Totals weight each problem by how often the
+choice), cuDNN's conv kernel alone (no bias: PyTorch adds a bias in a kernel of its own), and cuDNN
+conv + bias followed by the node's activation and residual add in PyTorch eager (what an unfused
+runtime launches). Totals weight each problem by how often the
 model has it, so the last line says how far the convs alone put us ahead of or behind cuDNN.
 """
 from __future__ import annotations
@@ -74,13 +75,13 @@ def measure(d: ConvDesc) -> dict:
         turn[0] = (turn[0] + 1) % 3
         return xs[turn[0]]
 
-    def conv(x):
+    def conv(x, bias=None):  # PyTorch adds a bias in a kernel of its own: without it, cuDNN's conv alone
         if (d.pad_top, d.pad_left) != (d.pad_bottom, d.pad_right):
-            return F.conv2d(F.pad(x, (d.pad_left, d.pad_right, d.pad_top, d.pad_bottom)), w, b, st, 0, dil, g)
-        return F.conv2d(x, w, b, st, (d.pad_top, d.pad_left), dil, g)
+            return F.conv2d(F.pad(x, (d.pad_left, d.pad_right, d.pad_top, d.pad_bottom)), w, bias, st, 0, dil, g)
+        return F.conv2d(x, w, bias, st, (d.pad_top, d.pad_left), dil, g)
 
     def unfused():
-        y = conv(next_x())
+        y = conv(next_x(), b)
         if d.residual == "pre":
             return act(y + z)
         return act(y) + z if d.residual == "post" else act(y)

@@ -126,7 +126,7 @@ def ort_ms(model_bytes, batch, out_shapes, *, library, prefer_nhwc, size=224) ->
     return timed(lambda: sess.run_with_iobinding(binding))
 
 
-def kernel_profile(model_bytes, batch, *, library, prefer_nhwc, size=224, top=20) -> str:
+def kernel_profile(model_bytes, batch, *, library, prefer_nhwc, size=224, top=40) -> str:
     """The CUDA kernels one run launches (CUPTI through torch.profiler, CUDA graph off), by total time:
     where a model's time goes, including ORT's own nodes and copies."""
     from torch.profiler import ProfilerActivity, profile
@@ -142,7 +142,7 @@ def kernel_profile(model_bytes, batch, *, library, prefer_nhwc, size=224, top=20
         for _ in range(5):
             sess.run_with_iobinding(binding)
         torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=70)
+    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=90)
 
 
 def tune(model_bytes, batch, size=224):
