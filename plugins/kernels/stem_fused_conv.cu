@@ -308,7 +308,7 @@ Status launch_typed(const Geometry& g, const Tensors& t, const ConvAttributes& a
   switch (a.activation.kind) {  // ResNet (relu), YOLO and EfficientNet (silu), MobileNetV3 (hardswish), ConvNeXt (none)
     case ActivationKind::kIdentity: return with(act::Identity{});
     case ActivationKind::kRelu: return with(act::Relu{});
-    case ActivationKind::kSilu: return with(act::Silu{});
+    case ActivationKind::kSilu: return with(act::Silu16bit{});  // 16-bit outputs only
     case ActivationKind::kHardSwish: return with(act::HardSwish{});
     default: return with(act::runtime(a.activation));
   }
