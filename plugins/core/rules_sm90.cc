@@ -104,6 +104,8 @@ bool f16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_imp
 bool bf16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_implement<128>(p, DType::kBFloat16, why); }
 bool f16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kFloat16, why); }
 bool bf16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kBFloat16, why); }
+bool f16_conv_n32(const ConvProblem& p, std::string* why) { return conv_can_implement<32>(p, DType::kFloat16, why); }
+bool bf16_conv_n32(const ConvProblem& p, std::string* why) { return conv_can_implement<32>(p, DType::kBFloat16, why); }
 
 // The untuned order, from the H200 anchor and model-layer tables (docs/bench-kernels.md; fp16). For
 // convs the 1x1 GEMMs do not take (3x3s, strided 1x1s): the 128x128 tile once K >= 128 gives it 0.7 of
@@ -128,15 +130,22 @@ int64_t tiles(const ConvProblem& p, int64_t tile_n) {
   return (saturating_product({p.N, P, Q}) + 127) / 128 * ((p.K + tile_n - 1) / tile_n);
 }
 bool wide_tiles_fill_gpu(const ConvProblem& p) { return p.K >= 128 && tiles(p, 128) >= kWaveTiles; }
-bool prefer_conv_128x128(const ConvProblem& p) { return !gemm_problem(p) && wide_tiles_fill_gpu(p); }
+// C <= 32 and K <= 32: the other convs' 64-deep k-step is half zero fill and their 64-wide N tile half
+// empty (YOLOv8s 160x160 32->32 3x3: 125 us vs 224 at batch 32, 6.4 vs 11.7 at batch 1). With K = 64
+// the two-CTA 128x64 kept the lead (320x320 32->64 3x3s2 at batch 32: 230 vs 258 us; tied at batch 1).
+bool narrow_input(const ConvProblem& p) { return known(p.C) && known(p.K) && p.C <= 32 && p.K <= 32; }
+bool prefer_conv_128x32(const ConvProblem& p) { return !gemm_problem(p) && narrow_input(p); }
+bool prefer_conv_128x128(const ConvProblem& p) {
+  return !gemm_problem(p) && !narrow_input(p) && wide_tiles_fill_gpu(p);
+}
 bool prefer_conv_2cta(const ConvProblem& p) {
-  return !gemm_problem(p) && !wide_tiles_fill_gpu(p) && tiles(p, 64) >= 150;
+  return !gemm_problem(p) && !narrow_input(p) && !wide_tiles_fill_gpu(p) && tiles(p, 64) >= 150;
 }
 bool prefer_conv_1cta(const ConvProblem& p) {
   const int64_t narrow = tiles(p, 64);
   if (narrow < 0) return false;
   if (gemm_problem(p)) return tiles(p, 128) < kWaveTiles;
-  return !wide_tiles_fill_gpu(p) && narrow < 150;
+  return !narrow_input(p) && !wide_tiles_fill_gpu(p) && narrow < 150;
 }
 
 }  // namespace
@@ -145,7 +154,7 @@ bool prefer_conv_1cta(const ConvProblem& p) {
 // take (cooperative beat ping-pong on every 1x1 anchor; stream-K and 128x64 ping-pong win some
 // batch-1 / K = 64 layers under tuning), then the implicit-GEMM convs: 128x64 with two CTAs per SM
 // (r50.s1.3x3 33 µs vs 46 for one CTA, y8s.160.3x3 68 vs 89), one CTA (wins many batch-1 layers by
-// ~10%), 128x128 (wins some K >= 128 layers). Tuning picks per problem; without it the `preferred`
+// ~10%), 128x128 (wins some K >= 128 layers), 128x32 with a 32-deep k-step for C <= 32. Tuning picks per problem; without it the `preferred`
 // rules above reorder the convs by problem size.
 std::vector<KernelDescriptor> sm90_kernel_rules() {
   return {
@@ -163,6 +172,8 @@ std::vector<KernelDescriptor> sm90_kernel_rules() {
       {"sm90_bf16_conv_128x64x64_c2x1", kCudaTargets, bf16_conv_n64, kSm, kSm, prefer_conv_1cta},
       {"sm90_f16_conv_128x128x64_c1x1", kCudaTargets, f16_conv_n128, kSm, kSm, prefer_conv_128x128},
       {"sm90_bf16_conv_128x128x64_c1x1", kCudaTargets, bf16_conv_n128, kSm, kSm, prefer_conv_128x128},
+      {"sm90_f16_conv_128x32x32_c2x1_2cta", kCudaTargets, f16_conv_n32, kSm, kSm, prefer_conv_128x32},
+      {"sm90_bf16_conv_128x32x32_c2x1_2cta", kCudaTargets, bf16_conv_n32, kSm, kSm, prefer_conv_128x32},
   };
 }
 

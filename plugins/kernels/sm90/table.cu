@@ -18,7 +18,9 @@ namespace epifuse::cuda {
   X(sm90_f16_conv_128x64x64_c2x1)            \
   X(sm90_bf16_conv_128x64x64_c2x1)           \
   X(sm90_f16_conv_128x64x64_c2x1_2cta)       \
-  X(sm90_bf16_conv_128x64x64_c2x1_2cta)
+  X(sm90_bf16_conv_128x64x64_c2x1_2cta)      \
+  X(sm90_f16_conv_128x32x32_c2x1_2cta)       \
+  X(sm90_bf16_conv_128x32x32_c2x1_2cta)
 
 #define EPIFUSE_DECLARE(fn) KernelImpl fn();
 EPIFUSE_SM90_KERNELS(EPIFUSE_DECLARE)
