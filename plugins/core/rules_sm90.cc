@@ -154,8 +154,8 @@ bool prefer_conv_1cta(const ConvProblem& p) {
 // take (cooperative beat ping-pong on every 1x1 anchor; stream-K and 128x64 ping-pong win some
 // batch-1 / K = 64 layers under tuning), then the implicit-GEMM convs: 128x64 with two CTAs per SM
 // (r50.s1.3x3 33 µs vs 46 for one CTA, y8s.160.3x3 68 vs 89), one CTA (wins many batch-1 layers by
-// ~10%), 128x128 (wins some K >= 128 layers), 128x32 with a 32-deep k-step for C <= 32. Tuning picks per problem; without it the `preferred`
-// rules above reorder the convs by problem size.
+// ~10%), 128x128 (wins some K >= 128 layers), 128x32 with a 32-deep k-step (C, K <= 32). Tuning picks
+// per problem; without it the `preferred` rules above reorder the convs by problem size.
 std::vector<KernelDescriptor> sm90_kernel_rules() {
   return {
       {"sm90_f16_gemm1x1_128x128_coop", kCudaTargets, f16_gemm1x1, kSm, kSm},

@@ -92,7 +92,7 @@ struct Layout {
 // 128 registers; the narrower blocks have the registers for more.
 constexpr int min_blocks(int block_n) { return block_n == 64 ? 4 : 5; }
 constexpr int kBatch = 8;  // global loads in flight per thread while staging the filter
-constexpr int kPixelBatch = 4;  // patch pixels (up to 4 loads each) in flight per thread: 8 spilled
+constexpr int kPixelBatch = 4;  // patch pixels in flight per thread: up to 16 loads, twice the filter loop's
 
 // The reduction runs over (tap, channel) with channels padded to kStemChannels = 4, in an order
 // chosen for the mma fragments: in k-step ks, logical column L holds tap 4*ks + (L % 8) / 2 and
@@ -217,8 +217,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kBlockN))
     const int w0 = tile_q * kStemTileCols * g.stride_w - g.pad_left;
     const T* image = x + int64_t(n) * g.H * row_extent;
     // rows_per_pass patch rows of patch_w pixels per pass of the block; this thread's (row, column)
-    // in a pass (recomputed per tile: kept live across the loop they cost spills). Patches wider than
-    // the block take one row per pass and several columns per thread.
+    // in a pass (one division per tile rather than three registers held across the tile loop).
+    // Patches wider than the block take one row per pass and several columns per thread.
     const int rows_per_pass = g.patch_w <= kThreads ? kThreads / g.patch_w : 1;
     const int stage_row = g.patch_w <= kThreads ? tid / g.patch_w : 0;
     const int stage_col = g.patch_w <= kThreads ? tid - stage_row * g.patch_w : tid;
