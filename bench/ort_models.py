@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -126,23 +127,52 @@ def ort_ms(model_bytes, batch, out_shapes, *, library, prefer_nhwc, size=224) ->
     return timed(lambda: sess.run_with_iobinding(binding))
 
 
-def kernel_profile(model_bytes, batch, *, library, prefer_nhwc, size=224, top=40) -> str:
-    """The CUDA kernels one run launches (CUPTI through torch.profiler, CUDA graph off), by total time:
-    where a model's time goes, including ORT's own nodes and copies."""
+# Kernels that compute a convolution, by name: ours, cuDNN's (xmma, cutlass_cudnn), cuBLAS's (nvjet, for
+# inductor's 1x1s), Triton conv/mm templates. Everything else is the glue around them, including
+# inductor's pointwise kernels, whose names list the ops they fused ("triton_poi_fused_cat_convolution_silu").
+CONV_KERNEL = re.compile(r"xmma|nvjet|cutlass|gemm|conv|stem_fused|depthwise|epifuse|triton_tem", re.IGNORECASE)
+
+
+def is_conv_kernel(name: str) -> bool:
+    return bool(CONV_KERNEL.search(name)) and not name.startswith(("triton_poi", "triton_per", "triton_red"))
+
+
+def profiled(fn, runs=5, top=40) -> str:
+    """The CUDA kernels `runs` calls of `fn` launch (CUPTI through torch.profiler), by total time, and
+    the ms per call spent in conv kernels and in the rest."""
     from torch.profiler import ProfilerActivity, profile
 
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    conv = sum(e.self_device_time_total for e in events if is_conv_kernel(e.key)) / runs / 1e3
+    other = sum(e.self_device_time_total for e in events if not is_conv_kernel(e.key)) / runs / 1e3
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=90)
+    return f"{table}\nper run: conv kernels {conv:.3f} ms, other kernels {other:.3f} ms, total {conv + other:.3f} ms"
+
+
+def kernel_profile(model_bytes, batch, *, library, prefer_nhwc, size=224) -> str:
+    """Where an ORT run's time goes (CUDA graph off), including ORT's own nodes and copies."""
     sess, x = cuda_session(model_bytes, batch, size, library=library, prefer_nhwc=prefer_nhwc)
     binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, {})
     for o in sess.get_outputs():
         binding.bind_output(o.name, "cuda")
-    for _ in range(3):
-        sess.run_with_iobinding(binding)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            sess.run_with_iobinding(binding)
-        torch.cuda.synchronize()
-    return prof.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=90)
+    return profiled(lambda: sess.run_with_iobinding(binding))
+
+
+def inductor_profile(model, batch, size=224) -> str:
+    """Where torch.compile's time goes: mode="default" (cuDNN/cuBLAS convs, Triton for the rest; seconds
+    to compile, where max-autotune takes minutes and may pick Triton conv templates instead)."""
+    torch._dynamo.reset()
+    x = torch.randn(batch, 3, size, size, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
+    compiled = torch.compile(model, mode="default", dynamic=False)
+    with torch.no_grad():
+        return profiled(lambda: compiled(x))
 
 
 def tune(model_bytes, batch, size=224):
@@ -211,6 +241,9 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
                       + kernel_profile(data.SerializeToString(), batch, library=library, size=size,
                                        prefer_nhwc=not library or row["epifuse nhwc=1"] < row["epifuse nhwc=0"]),
                       flush=True)
+            if model is not None:  # or_nan: a failed compile prints its reason and NaN
+                print(f"--- {name} batch {batch}: torch.compile (default mode), 5 runs\n"
+                      f"{or_nan(inductor_profile, model, batch, size)}", flush=True)
     return rows
 
 
@@ -219,7 +252,9 @@ def main() -> int:
     ap.add_argument("--models", default="resnet50,yolov8s,mobilenet_v3_large,efficientnet_b0,convnext_tiny")
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile max-autotune (minutes)")
-    ap.add_argument("--profile", action="store_true", help="print the CUDA kernels of one run (5 runs summed)")
+    ap.add_argument("--profile", action="store_true",
+                    help="print the CUDA kernels of 5 runs and the conv / other split: ORT on the original, "
+                         "epifuse, torch.compile (default mode)")
     ap.add_argument("--pdl", action="store_true", help="also time the epifuse model with EPIFUSE_PDL=1")
     ap.add_argument("--markdown")
     args = ap.parse_args()
