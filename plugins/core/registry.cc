@@ -36,6 +36,11 @@ const std::vector<std::string>& known_targets() {
   return targets;
 }
 
+const std::vector<std::string>& cuda_targets() {
+  static const std::vector<std::string> targets = {"ort-cuda", "tensorrt"};
+  return targets;
+}
+
 bool inner_kernel_can_implement(const char* inner_name, const ConvProblem& q, const std::string& context,
                                 std::string* why) {
   for (const KernelDescriptor& k : kernel_registry())

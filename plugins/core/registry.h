@@ -45,6 +45,8 @@ inline bool reject(std::string* why, std::string reason) {
 // find_kernels has moved the kernels `preferred` for it to the front.
 const std::vector<KernelDescriptor>& kernel_registry();
 const std::vector<std::string>& known_targets();
+// The targets every CUDA kernel serves (ONNX Runtime's CUDA EP and TensorRT).
+const std::vector<std::string>& cuda_targets();
 
 // The CUDA kernel families' descriptors (rules in rules_*.cc, code in plugins/kernels/).
 std::vector<KernelDescriptor> sm90_kernel_rules();

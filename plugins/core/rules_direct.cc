@@ -8,7 +8,6 @@
 namespace epifuse {
 namespace {
 
-const std::vector<std::string> kCudaTargets = {"ort-cuda", "tensorrt"};
 constexpr int kMinSm = 80, kMaxSm = 1209;  // built for sm_80 and newer
 
 bool float_dtype(const ConvProblem& p, std::string* why) {
@@ -91,16 +90,16 @@ bool always(const ConvProblem&) { return true; }
 }  // namespace
 
 std::vector<KernelDescriptor> gemv_kernel_rules() {
-  return {{"cuda_gemv_1x1", kCudaTargets, gemv_can_implement, kMinSm, kMaxSm, always}};
+  return {{"cuda_gemv_1x1", cuda_targets(), gemv_can_implement, kMinSm, kMaxSm, always}};
 }
 
 std::vector<KernelDescriptor> stem_kernel_rules() {
-  return {{"cuda_stem_mma", kCudaTargets, stem_can_implement, kMinSm, kMaxSm}};
+  return {{"cuda_stem_mma", cuda_targets(), stem_can_implement, kMinSm, kMaxSm}};
 }
 
 std::vector<KernelDescriptor> direct_kernel_rules() {
-  return {{"cuda_depthwise", kCudaTargets, depthwise_can_implement, kMinSm, kMaxSm},
-          {"cuda_direct", kCudaTargets, direct_can_implement, kMinSm, kMaxSm}};
+  return {{"cuda_depthwise", cuda_targets(), depthwise_can_implement, kMinSm, kMaxSm},
+          {"cuda_direct", cuda_targets(), direct_can_implement, kMinSm, kMaxSm}};
 }
 
 }  // namespace epifuse

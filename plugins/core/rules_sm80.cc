@@ -23,7 +23,6 @@
 namespace epifuse {
 namespace {
 
-const std::vector<std::string> kCudaTargets = {"ort-cuda", "tensorrt"};
 constexpr int kMinSm = 80, kMaxSm = 1209;
 constexpr int64_t kTwoGiB = int64_t(1) << 31;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
@@ -130,7 +129,7 @@ bool rule(const ConvProblem& p, std::string* why) {
 
 template <int... I>
 std::vector<KernelDescriptor> descriptors(std::integer_sequence<int, I...>) {
-  return {KernelDescriptor{kConfigs[I].name, kCudaTargets, rule<I>, kMinSm, kMaxSm}...};
+  return {KernelDescriptor{kConfigs[I].name, cuda_targets(), rule<I>, kMinSm, kMaxSm}...};
 }
 
 }  // namespace

@@ -22,7 +22,6 @@
 namespace epifuse {
 namespace {
 
-const std::vector<std::string> kCudaTargets = {"ort-cuda", "tensorrt"};
 constexpr int kSm = 90;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kTmaStrideLimit = int64_t(1) << 40;  // bytes
@@ -158,22 +157,22 @@ bool prefer_conv_1cta(const ConvProblem& p) {
 // per problem; without it the `preferred` rules above reorder the convs by problem size.
 std::vector<KernelDescriptor> sm90_kernel_rules() {
   return {
-      {"sm90_f16_gemm1x1_128x128_coop", kCudaTargets, f16_gemm1x1, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x128_coop", kCudaTargets, bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_gemm1x1_128x128_pingpong", kCudaTargets, f16_gemm1x1, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x128_pingpong", kCudaTargets, bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_gemm1x1_128x128_streamk", kCudaTargets, f16_gemm1x1, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x128_streamk", kCudaTargets, bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_gemm1x1_128x64_pingpong", kCudaTargets, f16_gemm1x1, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x64_pingpong", kCudaTargets, bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c2x1_2cta", kCudaTargets, f16_conv_n64, kSm, kSm, prefer_conv_2cta},
-      {"sm90_bf16_conv_128x64x64_c2x1_2cta", kCudaTargets, bf16_conv_n64, kSm, kSm, prefer_conv_2cta},
-      {"sm90_f16_conv_128x64x64_c2x1", kCudaTargets, f16_conv_n64, kSm, kSm, prefer_conv_1cta},
-      {"sm90_bf16_conv_128x64x64_c2x1", kCudaTargets, bf16_conv_n64, kSm, kSm, prefer_conv_1cta},
-      {"sm90_f16_conv_128x128x64_c1x1", kCudaTargets, f16_conv_n128, kSm, kSm, prefer_conv_128x128},
-      {"sm90_bf16_conv_128x128x64_c1x1", kCudaTargets, bf16_conv_n128, kSm, kSm, prefer_conv_128x128},
-      {"sm90_f16_conv_128x32x32_c2x1_2cta", kCudaTargets, f16_conv_n32, kSm, kSm, prefer_conv_128x32},
-      {"sm90_bf16_conv_128x32x32_c2x1_2cta", kCudaTargets, bf16_conv_n32, kSm, kSm, prefer_conv_128x32},
+      {"sm90_f16_gemm1x1_128x128_coop", cuda_targets(), f16_gemm1x1, kSm, kSm},
+      {"sm90_bf16_gemm1x1_128x128_coop", cuda_targets(), bf16_gemm1x1, kSm, kSm},
+      {"sm90_f16_gemm1x1_128x128_pingpong", cuda_targets(), f16_gemm1x1, kSm, kSm},
+      {"sm90_bf16_gemm1x1_128x128_pingpong", cuda_targets(), bf16_gemm1x1, kSm, kSm},
+      {"sm90_f16_gemm1x1_128x128_streamk", cuda_targets(), f16_gemm1x1, kSm, kSm},
+      {"sm90_bf16_gemm1x1_128x128_streamk", cuda_targets(), bf16_gemm1x1, kSm, kSm},
+      {"sm90_f16_gemm1x1_128x64_pingpong", cuda_targets(), f16_gemm1x1, kSm, kSm},
+      {"sm90_bf16_gemm1x1_128x64_pingpong", cuda_targets(), bf16_gemm1x1, kSm, kSm},
+      {"sm90_f16_conv_128x64x64_c2x1_2cta", cuda_targets(), f16_conv_n64, kSm, kSm, prefer_conv_2cta},
+      {"sm90_bf16_conv_128x64x64_c2x1_2cta", cuda_targets(), bf16_conv_n64, kSm, kSm, prefer_conv_2cta},
+      {"sm90_f16_conv_128x64x64_c2x1", cuda_targets(), f16_conv_n64, kSm, kSm, prefer_conv_1cta},
+      {"sm90_bf16_conv_128x64x64_c2x1", cuda_targets(), bf16_conv_n64, kSm, kSm, prefer_conv_1cta},
+      {"sm90_f16_conv_128x128x64_c1x1", cuda_targets(), f16_conv_n128, kSm, kSm, prefer_conv_128x128},
+      {"sm90_bf16_conv_128x128x64_c1x1", cuda_targets(), bf16_conv_n128, kSm, kSm, prefer_conv_128x128},
+      {"sm90_f16_conv_128x32x32_c2x1_2cta", cuda_targets(), f16_conv_n32, kSm, kSm, prefer_conv_128x32},
+      {"sm90_bf16_conv_128x32x32_c2x1_2cta", cuda_targets(), bf16_conv_n32, kSm, kSm, prefer_conv_128x32},
   };
 }
 

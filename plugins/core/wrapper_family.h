@@ -41,7 +41,7 @@ struct WrapperFamily {
   }
   template <int... I>
   static std::vector<KernelDescriptor> descriptors(std::integer_sequence<int, I...>) {
-    return {KernelDescriptor{kEntries[I].name, {"ort-cuda", "tensorrt"}, rule<I>, kEntries[I].min_sm,
+    return {KernelDescriptor{kEntries[I].name, cuda_targets(), rule<I>, kEntries[I].min_sm,
                              kEntries[I].max_sm}...};
   }
 };
