@@ -36,13 +36,13 @@ EPIFUSE_HD float sigmoid(float x) {
 // memory-bound layers: 2 x 52M outputs of a YOLOv8s batch-32 layer take ~27 us of it, as long as the
 // layer's DRAM floor. tanh.approx's relative error is 2^-11, so sigmoid is within 2^-12; fp32
 // kernels keep sigmoid() above.
-__device__ inline float tanh_approx(float x) {
+__device__ __forceinline__ float tanh_approx(float x) {
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));  // not volatile: the compiler may schedule it
   return y;
 }
-__device__ inline float sigmoid_16bit(float x) { return fmaf(0.5f, tanh_approx(0.5f * x), 0.5f); }
-struct Silu16bit { __device__ float operator()(float x) const { return x * sigmoid_16bit(x); } };
+__device__ __forceinline__ float sigmoid_16bit(float x) { return fmaf(0.5f, tanh_approx(0.5f * x), 0.5f); }
+struct Silu16bit { __device__ __forceinline__ float operator()(float x) const { return x * sigmoid_16bit(x); } };
 #endif
 
 struct Identity { EPIFUSE_HD float operator()(float x) const { return x; } };

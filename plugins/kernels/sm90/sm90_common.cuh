@@ -55,19 +55,17 @@ constexpr int kAlign16 = 8;  // 16-bit elements per 16 bytes: TMA rows and the b
 // GPU's approximate exp / reciprocal / tanh (ex2, rcp, tanh.approx): output is 16-bit, and the accurate libm paths (IEEE
 // division, expf) made SiLU cost 2.5x the whole identity kernel on the anchor layers.
 namespace fast {
+// sigmoid and SiLU with one MUFU instruction instead of exp + reciprocal (activation.h says why):
+// SiLU was +20..60 us over identity on YOLOv8s's batch-32 layers.
+using act::sigmoid_16bit;
 using act::tanh_approx;
-// One MUFU instruction instead of exp + reciprocal (activation.h says why): SiLU was +20..60 us over
-// identity on YOLOv8s's batch-32 layers.
-CUTLASS_DEVICE float sigmoid(float x) { return act::sigmoid_16bit(x); }
+using Silu = act::Silu16bit;
 CUTLASS_DEVICE float softplus(float x) { return fmaxf(x, 0.f) + log1pf(__expf(-fabsf(x))); }
 struct Sigmoid {
-  CUTLASS_DEVICE float operator()(float x) const { return sigmoid(x); }
+  CUTLASS_DEVICE float operator()(float x) const { return sigmoid_16bit(x); }
 };
 struct Tanh {
   CUTLASS_DEVICE float operator()(float x) const { return tanh_approx(x); }
-};
-struct Silu {
-  CUTLASS_DEVICE float operator()(float x) const { return x * sigmoid(x); }
 };
 struct HardSigmoid {
   float alpha, beta;
