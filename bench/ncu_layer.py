@@ -5,11 +5,13 @@
 fp16, NHWC, square filter and stride, symmetric padding; random data. Meant to run under ncu, e.g.
 whether a 3x3 conv is bound by L2→SM traffic (docs/bench-kernels.md, fifth session):
 
-    ncu --launch-skip 2 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \\
+    ncu --profile-from-start off --launch-skip 2 --launch-count 1 \\
+        --section SpeedOfLight --section MemoryWorkloadAnalysis \\
         --metrics lts__t_bytes.sum,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes.sum \\
         python bench/ncu_layer.py 32 80 80 64 64 3 --pad 1 --kernel sm90_f16_conv_128x64x64_c2x1_2cta
 
-Without --kernel or --cudnn it runs the registry's first choice. Needs torch with CUDA and
+Without --kernel or --cudnn it runs the registry's first choice. Warm-up launches (cuDNN's benchmark
+trials among them) run before cudaProfilerStart, so `--profile-from-start off` skips them. Needs torch with CUDA and
 libepifuse_cuda.so (EPIFUSE_LIB_DIR).
 """
 from __future__ import annotations
@@ -48,19 +50,25 @@ def main() -> int:
     y = torch.empty(a.N, p, q, a.K, device="cuda", dtype=torch.half)
     if a.cudnn:
         torch.backends.cudnn.benchmark = True
+        xc, wc = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+        F.conv2d(xc, wc, None, a.stride, a.pad)  # benchmark trials, before the profiled range
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
         for _ in range(a.launches):
-            F.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), None, a.stride, a.pad)
+            F.conv2d(xc, wc, None, a.stride, a.pad)
     else:
         desc = ConvDesc(FLOAT16, a.N, a.H, a.W, a.C, a.K, a.R, a.R, 1, a.stride, a.stride, 1, 1,
                         a.pad, a.pad, a.pad, a.pad, a.act, (), "none")
         kernel = a.kernel or cuda.kernels(desc)[0]
         ws = torch.empty(max(cuda.workspace_size(kernel, desc), 1), device="cuda", dtype=torch.uint8)
+        torch.cuda.profiler.start()
         for _ in range(a.launches):
             cuda.fused_conv(desc, x.data_ptr(), w.data_ptr(), b.data_ptr(), None, y.data_ptr(), kernel=kernel,
                             workspace=ws.data_ptr(), workspace_bytes=ws.numel(),
                             stream=torch.cuda.current_stream().cuda_stream)
         print(f"ran {kernel} x{a.launches}")
     torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
     return 0
 
 
