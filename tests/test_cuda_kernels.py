@@ -106,6 +106,8 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (1, 1, 1, 1152, 48, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # squeeze-excite 1x1 on one pixel (gemv)
     (32, 1, 1, 4, 96, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # excite, batch 32: C = 4 (scalar loads)
     (3, 2, 5, 37, 19, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # 30 pixels, odd C and K (gemv)
+    (4, 96, 96, 64, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),    # 288 tiles of 128x64: persistent CTAs loop
+    (3, 60, 62, 64, 192, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),   # several N tiles, last M tile partial
 ]
 
 
@@ -124,6 +126,14 @@ def test_activations_and_residuals(dtype, act, residual):
     _run_all(dtype, 2, 12, 10, 64, 64, 3, 3, pads=(1, 1, 1, 1), act=act, params=params, residual=residual)
     _run_all(dtype, 2, 8, 8, 64, 128, 1, 1, act=act, params=params, residual=residual, seed=1)
     _run_all(dtype, 3, 1, 1, 40, 24, 1, 1, act=act, params=params, residual=residual, seed=2)  # gemv
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("residual", ["pre", "post"])
+def test_persistent_kernels_with_residual(dtype, residual):
+    """Enough tiles that each persistent CTA (and each of a ping-pong CTA's math warp groups) runs
+    several, each loading its own residual tile; K = 192: N tiles of 64 and a partial one of 128."""
+    _run_all(dtype, 4, 48, 50, 64, 192, 3, 3, pads=(1, 1, 1, 1), act="hardswish", residual=residual, seed=4)
 
 
 @pytest.mark.parametrize("residual", ["pre", "post"])

@@ -18,8 +18,9 @@ from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
 CUDA_TARGETS = ("ort-cuda", "tensorrt")
 GEMM = ("gemm1x1_128x128_coop", "gemm1x1_128x128_pingpong", "gemm1x1_128x128_streamk",
         "gemm1x1_128x64_pingpong")
-CONV = (("conv_128x64x64_c2x1_2cta", 64), ("conv_128x64x64_c2x1", 64), ("conv_128x128x64_c1x1", 128),
-        ("conv_128x32x32_c2x1_2cta", 32))
+CONV = (("conv_128x64x64_c1x1_pingpong", 64), ("conv_128x128x64_c1x1_pingpong", 128),
+        ("conv_128x32x32_c1x1_pingpong", 32), ("conv_128x64x64_c2x1_2cta", 64), ("conv_128x64x64_c2x1", 64),
+        ("conv_128x128x64_c1x1", 128), ("conv_128x32x32_c2x1_2cta", 32))
 DT = {FLOAT16: "f16", BFLOAT16: "bf16"}
 INT32_MAX = 2**31 - 1
 
@@ -99,19 +100,14 @@ ANCHORS = {
 
 
 def test_expected_lists_are_what_the_brief_says():
+    convs = ["sm90_f16_conv_128x64x64_c1x1_pingpong", "sm90_f16_conv_128x128x64_c1x1_pingpong", "sm90_f16_conv_128x32x32_c1x1_pingpong", "sm90_f16_conv_128x64x64_c2x1_2cta", "sm90_f16_conv_128x64x64_c2x1", "sm90_f16_conv_128x128x64_c1x1", "sm90_f16_conv_128x32x32_c2x1_2cta"]
     assert expected(ANCHORS["r50.s1.1x1up"]) == [
         "sm90_f16_gemm1x1_128x128_coop", "sm90_f16_gemm1x1_128x128_pingpong", "sm90_f16_gemm1x1_128x128_streamk",
-        "sm90_f16_gemm1x1_128x64_pingpong",
-        "sm90_f16_conv_128x64x64_c2x1_2cta", "sm90_f16_conv_128x64x64_c2x1",
-        "sm90_f16_conv_128x128x64_c1x1", "sm90_f16_conv_128x32x32_c2x1_2cta"]
-    assert expected(ANCHORS["r50.s1.3x3"]) == ["sm90_f16_conv_128x64x64_c2x1_2cta", "sm90_f16_conv_128x64x64_c2x1",
-        "sm90_f16_conv_128x128x64_c1x1", "sm90_f16_conv_128x32x32_c2x1_2cta"]
+        "sm90_f16_gemm1x1_128x64_pingpong"] + convs
+    assert expected(ANCHORS["r50.s1.3x3"]) == convs
     assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=BFLOAT16)) == [
-        "sm90_bf16_conv_128x64x64_c2x1_2cta", "sm90_bf16_conv_128x64x64_c2x1",
-        "sm90_bf16_conv_128x128x64_c1x1", "sm90_bf16_conv_128x32x32_c2x1_2cta"]
-    assert expected(ANCHORS["stride2_1x1_downsample"]) == [
-        "sm90_f16_conv_128x64x64_c2x1_2cta", "sm90_f16_conv_128x64x64_c2x1",
-        "sm90_f16_conv_128x128x64_c1x1", "sm90_f16_conv_128x32x32_c2x1_2cta"]
+        n.replace("_f16_", "_bf16_") for n in convs]
+    assert expected(ANCHORS["stride2_1x1_downsample"]) == convs
     for name in ("stem_c3", "depthwise"):
         assert expected(ANCHORS[name]) == []
     assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=FLOAT)) == []
@@ -133,33 +129,33 @@ PAD1 = dict(pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
 
 @pytest.mark.skipif(not HAVE_NAMES, reason="registry.kernel_names / epifuse_kernel_names not in this build")
 @pytest.mark.parametrize("desc,first", [
-    (ANCHORS["r50.s1.3x3"], "conv_128x64x64_c2x1_2cta"),                      # 784 tiles of 128x64
-    (f16((8, 160, 160, 64, 64), **PAD1), "conv_128x64x64_c2x1_2cta"),          # y8s.160.3x3
+    (ANCHORS["r50.s1.3x3"], "conv_128x64x64_c1x1_pingpong"),                  # 784 tiles of 128x64
+    (f16((8, 160, 160, 64, 64), **PAD1), "conv_128x64x64_c1x1_pingpong"),      # y8s.160.3x3
     (f16((1, 160, 160, 32, 32), **PAD1), "conv_128x32x32_c2x1_2cta"),          # C <= 32: the 32-deep k-step
     (f16((32, 160, 160, 32, 32), **PAD1), "conv_128x32x32_c2x1_2cta"),
-    (f16((32, 320, 320, 32, 64), stride_h=2, stride_w=2, **PAD1), "conv_128x64x64_c2x1_2cta"),  # K = 64
-    (f16((32, 14, 14, 256, 256), **PAD1), "conv_128x128x64_c1x1"),             # r50.s3.3x3: 98 wide tiles
-    (ANCHORS["y8s.80.3x3s2"], "conv_128x128x64_c1x1"),
-    (f16((8, 40, 40, 256, 256), **PAD1), "conv_128x128x64_c1x1"),              # y8s.40.3x3
-    (ANCHORS["y8s.b1.80.3x3"], "conv_128x64x64_c2x1"),                         # 50 wide tiles: one CTA
-    (f16((1, 28, 28, 128, 128), **PAD1), "conv_128x64x64_c2x1"),               # r50.b1.s2.3x3
-    (f16((32, 7, 7, 512, 512), **PAD1), "conv_128x64x64_c2x1"),                # ResNet-50 b32 7x7x512
-    (f16((1, 80, 80, 64, 64), **PAD1), "conv_128x64x64_c2x1"),                 # YOLO b1, 100 tiles
-    (f16((-1, 56, 56, 64, 64), **PAD1), "conv_128x64x64_c2x1_2cta"),           # symbolic batch: registry order
+    (f16((32, 320, 320, 32, 64), stride_h=2, stride_w=2, **PAD1), "conv_128x64x64_c1x1_pingpong"),  # K = 64
+    (f16((32, 14, 14, 256, 256), **PAD1), "conv_128x64x64_c1x1_pingpong"),     # r50.s3.3x3
+    (ANCHORS["y8s.80.3x3s2"], "conv_128x64x64_c1x1_pingpong"),
+    (f16((8, 40, 40, 256, 256), **PAD1), "conv_128x64x64_c1x1_pingpong"),      # y8s.40.3x3
+    (ANCHORS["y8s.b1.80.3x3"], "conv_128x64x64_c1x1_pingpong"),
+    (f16((1, 28, 28, 128, 128), **PAD1), "conv_128x64x64_c1x1_pingpong"),      # r50.b1.s2.3x3
+    (f16((32, 7, 7, 512, 512), **PAD1), "conv_128x64x64_c1x1_pingpong"),      # ResNet-50 b32 7x7x512
+    (f16((1, 80, 80, 64, 64), **PAD1), "conv_128x64x64_c1x1_pingpong"),        # YOLO b1, 100 tiles
+    (f16((-1, 56, 56, 64, 64), **PAD1), "conv_128x64x64_c1x1_pingpong"),       # symbolic batch: registry order
     (ANCHORS["r50.s1.1x1up"], "gemm1x1_128x128_coop"),                         # the GEMMs keep large 1x1s
     (f16((32, 14, 14, 1024, 256), r=1), "gemm1x1_128x128_coop"),               # 98 wide tiles
     (f16((32, 7, 7, 512, 2048), r=1), "gemm1x1_128x128_coop"),                 # 208 wide tiles
     (f16((1, 56, 56, 256, 128), r=1), "conv_128x64x64_c2x1"),                  # batch-1 1x1: 25 wide tiles
     (f16((1, 7, 7, 512, 2048), r=1), "conv_128x64x64_c2x1"),                   # 16 wide tiles
-    (ANCHORS["stride2_1x1_downsample"], "conv_128x64x64_c2x1"),                # strided 1x1: a conv, 28 tiles
+    (ANCHORS["stride2_1x1_downsample"], "conv_128x64x64_c1x1_pingpong"),       # strided 1x1: a conv
 ], ids=["r50.s1.3x3", "y8s.160.3x3", "y8s.b1.160x32", "y8s.b32.160x32", "y8s.b32.320x32s2", "r50.s3.3x3", "y8s.80.3x3s2", "y8s.40.3x3",
         "y8s.b1.80.3x3", "r50.b1.s2.3x3", "r50.b32.7x7x512", "y8s.b1.80x64", "symbolic", "1x1", "1x1_98tiles",
         "1x1_208tiles", "1x1_b1", "1x1_b1_7x7", "1x1_s2"])
 @pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
 def test_untuned_conv_choice_follows_the_measured_winners(desc, first, dtype):
     """Without tuning the first name runs: by the H200 measurements (docs/bench-kernels.md) — for
-    convs the GEMMs do not take, 128x32x32 for C, K <= 32, 128x128 once K >= 128 fills 0.7 of a wave, two CTAs of 128x64 from
-    150 tiles, one CTA below; 1x1s stay with the GEMMs unless their 128x128 tiles fill < 0.7 of a wave."""
+    convs the GEMMs do not take, 128x32x32 for C, K <= 32, else the persistent ping-pong 128x64;
+    1x1s stay with the GEMMs unless their 128x128 tiles fill < 0.7 of a wave (then one CTA of 128x64)."""
     d = dataclasses.replace(desc, dtype=dtype)
     names = registry.kernel_names("ort-cuda", d)
     assert names[0] == f"sm90_{'f16' if dtype == FLOAT16 else 'bf16'}_{first}", names

@@ -107,13 +107,12 @@ bool f16_conv_n32(const ConvProblem& p, std::string* why) { return conv_can_impl
 bool bf16_conv_n32(const ConvProblem& p, std::string* why) { return conv_can_implement<32>(p, DType::kBFloat16, why); }
 
 // The untuned order, from the H200 anchor and model-layer tables (docs/bench-kernels.md; fp16). For
-// convs the 1x1 GEMMs do not take (3x3s, strided 1x1s): the 128x128 tile once K >= 128 gives it 0.7 of
-// a wave of tiles (r50.s3.3x3 21.0 µs vs 26.4 two-CTA, y8s.40.3x3 38.6 vs 52.6, ResNet-50 b32 28x28x128
-// and 14x14x256); the two-CTA 128x64 when there are >= 150 of its tiles (r50.s1.3x3, y8s.160.3x3, YOLO
-// b1 160x160x32 and 320x320x32 s2); otherwise one CTA of 128x64 (batch-1 ResNet-50 and YOLO 3x3s, b32
-// 7x7x512). For 1x1s the GEMMs keep the problem while the 128x128 tiles fill 0.7 of a wave; below, the
-// one-CTA conv (it or the two-CTA conv won 14 of ResNet-50's 16 batch-1 stride-1 1x1 layers, the
-// cooperative GEMM none). Unknown M (symbolic batch): the registry order.
+// convs the 1x1 GEMMs do not take (3x3s, strided 1x1s): the persistent ping-pong 128x64 conv, on every
+// anchor 3x3 within 6% of the best kernel and mostly the best (r50.s1.3x3 24.6 µs vs 31.9 two-CTA, y8s.160.3x3
+// 44.4 vs 65.9, YOLO b1 80x80 8.6 vs 9.9), except C, K <= 32, where the 32-deep k-step kernels go first.
+// For 1x1s the GEMMs keep the problem while the 128x128 tiles fill 0.7 of a wave; below, the one-CTA
+// conv (it or the two-CTA conv won 14 of ResNet-50's 16 batch-1 stride-1 1x1 layers, the cooperative
+// GEMM none). Unknown M (symbolic batch): the registry order.
 constexpr int64_t kSms = 132;  // H200 (sm_90a code runs only on H100/H200: 114-132 SMs)
 constexpr int64_t kWaveTiles = kSms * 7 / 10;
 
@@ -128,33 +127,23 @@ int64_t tiles(const ConvProblem& p, int64_t tile_n) {
   if (!known(p.N) || !known(P) || !known(Q) || !known(p.K)) return -1;
   return (saturating_product({p.N, P, Q}) + 127) / 128 * ((p.K + tile_n - 1) / tile_n);
 }
-bool wide_tiles_fill_gpu(const ConvProblem& p) { return p.K >= 128 && tiles(p, 128) >= kWaveTiles; }
 // C <= 32 and K <= 32: the other convs' 64-deep k-step is half zero fill and their 64-wide N tile half
 // empty (YOLOv8s 160x160 32->32 3x3: 125 us vs 224 at batch 32, 6.4 vs 11.7 at batch 1). With K = 64
 // the two-CTA 128x64 kept the lead (320x320 32->64 3x3s2 at batch 32: 230 vs 258 us; tied at batch 1).
 bool narrow_input(const ConvProblem& p) { return known(p.C) && known(p.K) && p.C <= 32 && p.K <= 32; }
 bool prefer_conv_128x32(const ConvProblem& p) { return !gemm_problem(p) && narrow_input(p); }
-bool prefer_conv_128x128(const ConvProblem& p) {
-  return !gemm_problem(p) && !narrow_input(p) && wide_tiles_fill_gpu(p);
-}
-bool prefer_conv_2cta(const ConvProblem& p) {
-  return !gemm_problem(p) && !narrow_input(p) && !wide_tiles_fill_gpu(p) && tiles(p, 64) >= 150;
-}
-bool prefer_conv_1cta(const ConvProblem& p) {
-  const int64_t narrow = tiles(p, 64);
-  if (narrow < 0) return false;
-  if (gemm_problem(p)) return tiles(p, 128) < kWaveTiles;
-  return !narrow_input(p) && !wide_tiles_fill_gpu(p) && narrow < 150;
-}
+bool prefer_conv_pingpong(const ConvProblem& p) { return !gemm_problem(p) && !narrow_input(p) && tiles(p, 64) >= 0; }
+bool prefer_conv_1cta(const ConvProblem& p) { return gemm_problem(p) && tiles(p, 64) >= 0 && tiles(p, 128) < kWaveTiles; }
 
 }  // namespace
 
 // Best first (H200, fp16 anchors, CUDA-graph timing): the persistent 1x1 GEMMs for the problems they
 // take (cooperative beat ping-pong on every 1x1 anchor; stream-K and 128x64 ping-pong win some
-// batch-1 / K = 64 layers under tuning), then the implicit-GEMM convs: 128x64 with two CTAs per SM
-// (r50.s1.3x3 33 µs vs 46 for one CTA, y8s.160.3x3 68 vs 89), one CTA (wins many batch-1 layers by
-// ~10%), 128x128 (wins some K >= 128 layers), 128x32 with a 32-deep k-step (C, K <= 32). Tuning picks
-// per problem; without it the `preferred` rules above reorder the convs by problem size.
+// batch-1 / K = 64 layers under tuning), then the implicit-GEMM convs: the persistent ping-pong ones
+// (conv_pingpong_kernel.hpp: 128x64, 128x128 wins some K >= 256 layers, 128x32 for C, K <= 32), then
+// CUTLASS's non-persistent kernel as 128x64 with two CTAs per SM, one CTA (wins some batch-1 layers
+// by a few %), 128x128, and 128x32. Tuning picks per problem; without it the `preferred` rules above
+// reorder the convs by problem size.
 std::vector<KernelDescriptor> sm90_kernel_rules() {
   return {
       {"sm90_f16_gemm1x1_128x128_coop", cuda_targets(), f16_gemm1x1, kSm, kSm},
@@ -165,12 +154,18 @@ std::vector<KernelDescriptor> sm90_kernel_rules() {
       {"sm90_bf16_gemm1x1_128x128_streamk", cuda_targets(), bf16_gemm1x1, kSm, kSm},
       {"sm90_f16_gemm1x1_128x64_pingpong", cuda_targets(), f16_gemm1x1, kSm, kSm},
       {"sm90_bf16_gemm1x1_128x64_pingpong", cuda_targets(), bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c2x1_2cta", cuda_targets(), f16_conv_n64, kSm, kSm, prefer_conv_2cta},
-      {"sm90_bf16_conv_128x64x64_c2x1_2cta", cuda_targets(), bf16_conv_n64, kSm, kSm, prefer_conv_2cta},
+      {"sm90_f16_conv_128x64x64_c1x1_pingpong", cuda_targets(), f16_conv_n64, kSm, kSm, prefer_conv_pingpong},
+      {"sm90_bf16_conv_128x64x64_c1x1_pingpong", cuda_targets(), bf16_conv_n64, kSm, kSm, prefer_conv_pingpong},
+      {"sm90_f16_conv_128x128x64_c1x1_pingpong", cuda_targets(), f16_conv_n128, kSm, kSm},
+      {"sm90_bf16_conv_128x128x64_c1x1_pingpong", cuda_targets(), bf16_conv_n128, kSm, kSm},
+      {"sm90_f16_conv_128x32x32_c1x1_pingpong", cuda_targets(), f16_conv_n32, kSm, kSm},
+      {"sm90_bf16_conv_128x32x32_c1x1_pingpong", cuda_targets(), bf16_conv_n32, kSm, kSm},
+      {"sm90_f16_conv_128x64x64_c2x1_2cta", cuda_targets(), f16_conv_n64, kSm, kSm},
+      {"sm90_bf16_conv_128x64x64_c2x1_2cta", cuda_targets(), bf16_conv_n64, kSm, kSm},
       {"sm90_f16_conv_128x64x64_c2x1", cuda_targets(), f16_conv_n64, kSm, kSm, prefer_conv_1cta},
       {"sm90_bf16_conv_128x64x64_c2x1", cuda_targets(), bf16_conv_n64, kSm, kSm, prefer_conv_1cta},
-      {"sm90_f16_conv_128x128x64_c1x1", cuda_targets(), f16_conv_n128, kSm, kSm, prefer_conv_128x128},
-      {"sm90_bf16_conv_128x128x64_c1x1", cuda_targets(), bf16_conv_n128, kSm, kSm, prefer_conv_128x128},
+      {"sm90_f16_conv_128x128x64_c1x1", cuda_targets(), f16_conv_n128, kSm, kSm},
+      {"sm90_bf16_conv_128x128x64_c1x1", cuda_targets(), bf16_conv_n128, kSm, kSm},
       {"sm90_f16_conv_128x32x32_c2x1_2cta", cuda_targets(), f16_conv_n32, kSm, kSm, prefer_conv_128x32},
       {"sm90_bf16_conv_128x32x32_c2x1_2cta", cuda_targets(), bf16_conv_n32, kSm, kSm, prefer_conv_128x32},
   };

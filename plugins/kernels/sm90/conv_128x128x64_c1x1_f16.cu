@@ -3,4 +3,4 @@
 #include "sm90_conv.cuh"
 SM90_CONV_KERNEL(sm90_f16_conv_128x128x64_c1x1, "sm90_f16_conv_128x128x64_c1x1", DType::kFloat16,
                  cute::Shape<cute::_128, cute::_128, cute::Shape<cute::_64>>, cute::Shape<cute::_1, cute::_1, cute::_1>,
-                 /*two CTAs per SM=*/false)
+                 sm90::ConvSchedule::kOneCta)

@@ -5,4 +5,4 @@
 #include "sm90_conv.cuh"
 SM90_CONV_KERNEL(sm90_f16_conv_128x32x32_c2x1_2cta, "sm90_f16_conv_128x32x32_c2x1_2cta", DType::kFloat16,
                  cute::Shape<cute::_128, cute::_32, cute::Shape<cute::_32>>, cute::Shape<cute::_2, cute::_1, cute::_1>,
-                 /*two CTAs per SM=*/true)
+                 sm90::ConvSchedule::kTwoCtas)

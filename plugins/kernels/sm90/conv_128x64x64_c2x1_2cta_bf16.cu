@@ -5,4 +5,4 @@
 #include "sm90_conv.cuh"
 SM90_CONV_KERNEL(sm90_bf16_conv_128x64x64_c2x1_2cta, "sm90_bf16_conv_128x64x64_c2x1_2cta", DType::kBFloat16,
                  cute::Shape<cute::_128, cute::_64, cute::Shape<cute::_64>>, cute::Shape<cute::_2, cute::_1, cute::_1>,
-                 /*two CTAs per SM=*/true)
+                 sm90::ConvSchedule::kTwoCtas)

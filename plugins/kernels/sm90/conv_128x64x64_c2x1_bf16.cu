@@ -4,4 +4,4 @@
 #include "sm90_conv.cuh"
 SM90_CONV_KERNEL(sm90_bf16_conv_128x64x64_c2x1, "sm90_bf16_conv_128x64x64_c2x1", DType::kBFloat16,
                  cute::Shape<cute::_128, cute::_64, cute::Shape<cute::_64>>, cute::Shape<cute::_2, cute::_1, cute::_1>,
-                 /*two CTAs per SM=*/false)
+                 sm90::ConvSchedule::kOneCta)

@@ -323,6 +323,8 @@ struct WithMinBlocksPerSm : Kernel {
 // Per-SM shared memory of sm_90 (228 KiB) shared by two CTAs, less 1 KiB the hardware reserves
 // per CTA: the budget of a configuration that must fit twice per SM.
 constexpr int kTwoCtaSmemBytes = 233472 / 2 - 1024;
+// The most dynamic shared memory one CTA may have on sm_90 (227 KiB).
+constexpr int kSm90SmemBytes = 232448;
 
 }  // namespace epifuse::cuda::sm90
 

@@ -11,15 +11,22 @@
 #include "cutlass/conv/kernel/conv_universal.hpp"
 #include "cutlass/conv/device/conv_universal_adapter.hpp"
 
+#include "conv_pingpong_kernel.hpp"
+
 namespace epifuse::cuda::sm90 {
 
-// kTwoCtas: two CTAs share an SM, so one CTA's epilogue overlaps the other's mainloop (this
-// kernel is not persistent: CUTLASS 4.2 has no persistent conv schedule): a stage count that fits
-// shared memory twice (kTwoCtaSmemBytes) and __launch_bounds__(threads, 2), which caps ptxas at
-// 128 registers. Otherwise the builder's automatic stage count (all of one SM's shared memory).
+// How output tiles map to CTAs. CUTLASS 4.2's own SM90 conv kernel is not persistent: one tile per
+// CTA, one CTA per SM (kOneCta, the builder's automatic stage count fills shared memory) or two
+// (kTwoCtas: a stage count that fits shared memory twice, kTwoCtaSmemBytes, and
+// __launch_bounds__(threads, 2), which caps ptxas at 128 registers), so that one CTA's epilogue
+// overlaps the other's mainloop. kPingpong: one persistent CTA per SM whose two math warp groups take
+// turns (conv_pingpong_kernel.hpp), the schedule of cuDNN's Hopper conv kernels.
+enum class ConvSchedule { kOneCta, kTwoCtas, kPingpong };
+
 // Acts: the activations the epilogue carries (sm90_common.cuh).
-template <DType kDType, class Tile, class Cluster, bool kTwoCtas, class Acts = AnyActivation>
+template <DType kDType, class Tile, class Cluster, ConvSchedule kSchedule, class Acts = AnyActivation>
 struct ConvConfig {
+  static constexpr bool kTwoCtas = kSchedule == ConvSchedule::kTwoCtas;
   using Element = typename ElementOf<kDType>::type;
   using Layout = cutlass::layout::TensorNHWC;  // KRSC filters use the NHWC tag too
 
@@ -35,9 +42,12 @@ struct ConvConfig {
       (cute::size<0>(Tile{}) + cute::size<1>(Tile{})) * cute::size<2>(Tile{}) * static_cast<int>(sizeof(Element));
   // 256 bytes for the pipeline barriers and the tensormap/scheduler bookkeeping.
   static constexpr int kTwoCtaStages = (kTwoCtaSmemBytes - kEpilogueSmem - 256) / kStageBytes;
+  // The ping-pong kernel keeps the epilogue's buffers beside the mainloop's (no union) and adds two
+  // order barriers.
+  static constexpr int kCarveout = kEpilogueSmem + (kSchedule == ConvSchedule::kPingpong ? 256 : 0);
   using StageCount = cute::conditional_t<
       kTwoCtas, cutlass::conv::collective::StageCount<kTwoCtaStages>,
-      cutlass::conv::collective::StageCountAutoCarveout<kEpilogueSmem>>;
+      cutlass::conv::collective::StageCountAutoCarveout<kCarveout>>;
 
   using Mainloop = typename cutlass::conv::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
@@ -46,13 +56,17 @@ struct ConvConfig {
 
   using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop,
                                                        Mainloop::DispatchPolicy::NumSpatialDimensions>;
-  using Kernel = WaitsForPriorGrid<WithMinBlocksPerSm<
-      cutlass::conv::kernel::ConvUniversal<ProblemShape, Mainloop, Epilogue>, kTwoCtas ? 2 : 1>>;
+  // The ping-pong kernel waits for the prior grid itself (its load warps, before the first load).
+  using Kernel = cute::conditional_t<
+      kSchedule == ConvSchedule::kPingpong, ConvPingpongKernel<ProblemShape, Mainloop, Epilogue>,
+      WaitsForPriorGrid<WithMinBlocksPerSm<cutlass::conv::kernel::ConvUniversal<ProblemShape, Mainloop, Epilogue>,
+                                           kTwoCtas ? 2 : 1>>>;
   using Op = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 
   static_assert(!kTwoCtas || kTwoCtaStages >= 3, "two CTAs per SM leave fewer than 3 stages");
   static_assert(!kTwoCtas || sizeof(typename Kernel::SharedStorage) <= kTwoCtaSmemBytes,
                 "shared storage does not fit two CTAs per SM");
+  static_assert(sizeof(typename Kernel::SharedStorage) <= kSm90SmemBytes, "shared storage exceeds one SM's");
 
   static ProblemShape problem_shape(const ConvProblem& p) {
     const auto& a = p.attr;

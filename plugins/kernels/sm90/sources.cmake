@@ -21,7 +21,13 @@ if(has_sm90a)
     ${sm90_dir}/conv_128x64x64_c2x1_2cta_f16.cu
     ${sm90_dir}/conv_128x64x64_c2x1_2cta_bf16.cu
     ${sm90_dir}/conv_128x32x32_c2x1_2cta_f16.cu
-    ${sm90_dir}/conv_128x32x32_c2x1_2cta_bf16.cu)
+    ${sm90_dir}/conv_128x32x32_c2x1_2cta_bf16.cu
+    ${sm90_dir}/conv_128x64x64_c1x1_pingpong_f16.cu
+    ${sm90_dir}/conv_128x64x64_c1x1_pingpong_bf16.cu
+    ${sm90_dir}/conv_128x128x64_c1x1_pingpong_f16.cu
+    ${sm90_dir}/conv_128x128x64_c1x1_pingpong_bf16.cu
+    ${sm90_dir}/conv_128x32x32_c1x1_pingpong_f16.cu
+    ${sm90_dir}/conv_128x32x32_c1x1_pingpong_bf16.cu)
   set_target_properties(epifuse_sm90 PROPERTIES CUDA_ARCHITECTURES OFF POSITION_INDEPENDENT_CODE ON)
   # CUTLASS_ENABLE_GDC_FOR_SM90: the GEMM kernels' griddepcontrol waits for programmatic dependent
   # launch (EPIFUSE_PDL=1); no-ops for an ordinary launch.

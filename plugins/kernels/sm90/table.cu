@@ -20,7 +20,13 @@ namespace epifuse::cuda {
   X(sm90_f16_conv_128x64x64_c2x1_2cta)       \
   X(sm90_bf16_conv_128x64x64_c2x1_2cta)      \
   X(sm90_f16_conv_128x32x32_c2x1_2cta)       \
-  X(sm90_bf16_conv_128x32x32_c2x1_2cta)
+  X(sm90_bf16_conv_128x32x32_c2x1_2cta)      \
+  X(sm90_f16_conv_128x64x64_c1x1_pingpong)   \
+  X(sm90_bf16_conv_128x64x64_c1x1_pingpong)  \
+  X(sm90_f16_conv_128x128x64_c1x1_pingpong)  \
+  X(sm90_bf16_conv_128x128x64_c1x1_pingpong) \
+  X(sm90_f16_conv_128x32x32_c1x1_pingpong)   \
+  X(sm90_bf16_conv_128x32x32_c1x1_pingpong)
 
 #define EPIFUSE_DECLARE(fn) KernelImpl fn();
 EPIFUSE_SM90_KERNELS(EPIFUSE_DECLARE)
