@@ -1,5 +1,5 @@
 """The optimizer pipeline: load → canonicalize → fold BN → fuse → layout → GPU pools (ort-cuda fp16) → precision →
-cleanup → save."""
+input layout (ort-cuda) → cleanup → save."""
 from __future__ import annotations
 
 import gc
@@ -16,6 +16,7 @@ from .passes.cleanup import cleanup
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
 from .passes.gpu_pools import gpu_pools
+from .passes.input_layout import input_layout
 from .passes.layout import layout
 from .passes.load import load_model_split, validate
 from .passes.precision import precision as convert_precision
@@ -90,6 +91,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = gpu_pools(graph, report, target, precision)
         with _timed(report, "precision", progress, free_memory):  # after layout: Casts only where regions end
             graph = convert_precision(graph, report, precision, target)
+        with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data
+            graph = input_layout(graph, report, target)
     with _timed(report, "cleanup", progress, free_memory):
         out = cleanup(graph, report, template)
     report.nodes_after = len(out.structure.graph.node)

@@ -66,6 +66,31 @@ def test_zoo_model_on_cuda_ep(ort_gpu, name, precision, prefer_nhwc, pdl, tmp_pa
     providers = {ev["args"].get("provider") for ev in fused}
     assert providers == {"CUDAExecutionProvider"}, providers
     assert report.fused_count() > 0
+    layout = {ev["args"].get("provider") for ev in events if ev.get("args", {}).get("op_name") == "NchwToNhwc"}
+    assert layout <= {"CUDAExecutionProvider"}, layout  # the RGB input's layout op, where the model has one
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [(2, 3, 37, 41), (1, 1, 5, 3), (4, 8, 16, 1), (32, 3, 64, 64)])
+def test_layout_op_on_cuda_ep_transposes_exactly(ort_gpu, dtype, shape):
+    """epifuse::NchwToNhwc's CUDA kernel (plugins/kernels/layout.cu), on ORT's stream, bit-exact."""
+    from onnx import TensorProto, helper
+
+    from optimizer.runtime import session_options
+
+    elem = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}[dtype]
+    node = helper.make_node("NchwToNhwc", ["x"], ["y"], name="to_nhwc", domain="epifuse")
+    out = [shape[0], shape[2], shape[3], shape[1]]
+    graph = helper.make_graph([node], "layout", [helper.make_tensor_value_info("x", elem, list(shape))],
+                              [helper.make_tensor_value_info("y", elem, out)])
+    model = helper.make_model(graph, ir_version=9,
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+    so = session_options()
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")  # the CUDA kernel or no session
+    sess = ort_gpu.InferenceSession(model.SerializeToString(), so, providers=["CUDAExecutionProvider"])
+    x = np.random.default_rng(2).standard_normal(shape).astype(dtype)
+    (y,) = sess.run(None, {"x": x})
+    assert np.array_equal(y, x.transpose(0, 2, 3, 1))
 
 
 def test_tune_fills_the_cache_and_later_sessions_use_it(ort_gpu, tmp_path, monkeypatch):

@@ -87,6 +87,9 @@ struct FusedConvCudaKernel {
 
 }  // namespace
 
-void add_cuda_ops(OpList* ops) { add_typed_ops<FusedConvCudaKernel>(ops, "CUDAExecutionProvider"); }
+void add_cuda_ops(OpList* ops) {
+  add_typed_ops<FusedConvCudaKernel>(ops, "CUDAExecutionProvider");
+  add_layout_cuda_ops(ops);
+}
 
 }  // namespace epifuse::ort

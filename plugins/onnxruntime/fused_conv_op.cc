@@ -49,7 +49,10 @@ struct FusedConvCpuKernel {
 
 }  // namespace
 
-void add_cpu_ops(OpList* ops) { add_typed_ops<FusedConvCpuKernel>(ops, "CPUExecutionProvider"); }
+void add_cpu_ops(OpList* ops) {
+  add_typed_ops<FusedConvCpuKernel>(ops, "CPUExecutionProvider");
+  add_layout_cpu_ops(ops);
+}
 
 }  // namespace epifuse::ort
 

@@ -66,10 +66,10 @@ inline std::optional<Dims> declared_shape(const Ort::ConstKernelInfo& info, size
   }
 }
 
-inline std::string describe_node(const Ort::ConstKernelInfo& info) {
+inline std::string describe_node(const Ort::ConstKernelInfo& info, const char* op_type = "FusedConv") {
   std::string name = info.GetNodeName();
   if (name.empty()) name = "(unnamed, output '" + info.GetOutputName(0) + "')";
-  return "epifuse::FusedConv node '" + name + "'";
+  return std::string("epifuse::") + op_type + " node '" + name + "'";
 }
 
 // Parses and validates the node's attributes at kernel creation; a failure throws, which ORT

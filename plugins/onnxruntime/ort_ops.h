@@ -1,4 +1,5 @@
-// The custom ops each part of the library registers under the "epifuse" domain.
+// The custom ops each part of the library registers under the "epifuse" domain: FusedConv and
+// NchwToNhwc.
 #pragma once
 #include <memory>
 #include <vector>
@@ -20,5 +21,8 @@ void add_typed_ops(OpList* ops, const char* provider) {
 void add_cpu_ops(OpList* ops);
 // CUDA builds register the CUDAExecutionProvider kernels; CPU-only builds register none.
 void add_cuda_ops(OpList* ops);
+// epifuse::NchwToNhwc (nchw_to_nhwc_op.h).
+void add_layout_cpu_ops(OpList* ops);
+void add_layout_cuda_ops(OpList* ops);
 
 }  // namespace epifuse::ort

@@ -1,0 +1,39 @@
+// epifuse::NchwToNhwc: Y [N,H,W,C] = X [N,C,H,W] transposed, T in {float, float16, bfloat16}. The
+// optimizer writes it for ort-cuda in place of the Transpose that takes a few-channel graph input
+// into an NHWC region (optimizer/passes/input_layout.py). Node glue shared by its CPU and CUDA kernels.
+#pragma once
+#include <string>
+
+#include "node_glue.h"
+#include "ort_ops.h"
+
+namespace epifuse::ort {
+
+constexpr const char* kNchwToNhwc = "NchwToNhwc";
+
+struct LayoutNode {
+  std::string node;
+
+  explicit LayoutNode(const OrtKernelInfo* info) : node(describe_node(Ort::ConstKernelInfo(info), kNchwToNhwc)) {}
+
+  // The output shape for input shape `x`, or an error naming the node and the shape.
+  Status output_shape(const Dims& x, Dims* y) const {
+    if (x.size() != 4) return Status::Error("X must be 4-D [N, C, H, W], got rank " + std::to_string(x.size()));
+    *y = {x[0], x[2], x[3], x[1]};
+    return Status::Ok();
+  }
+
+  Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
+    return Ort::Status((node + ": " + message).c_str(), code);
+  }
+};
+
+// Registers Kernel<T> as NchwToNhwc on `provider` for every element type of the op contract.
+template <template <class> class Kernel>
+void add_layout_ops(OpList* ops, const char* provider) {
+  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<float>>(kNchwToNhwc, provider));
+  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<Ort::Float16_t>>(kNchwToNhwc, provider));
+  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<Ort::BFloat16_t>>(kNchwToNhwc, provider));
+}
+
+}  // namespace epifuse::ort
