@@ -34,6 +34,17 @@ def test_rgb_input_transpose_becomes_the_layout_op_with_the_same_result(build, p
     assert result["passed"], result
 
 
+def test_bf16_models_get_the_op_on_bf16_data():
+    """bf16 ort-cuda models cannot be verified on the CPU EP (no bf16 MaxPool there); the rewrite
+    itself: the op reads the input's Cast to bf16."""
+    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.resnet_tiny()), target="ort-cuda",
+                                       precision="bf16")
+    assert report.canonicalized[REWRITE] == 1
+    layout = next(n for n in optimized.graph.node if n.op_type == OP_TYPE)
+    cast = next(n for n in optimized.graph.node if n.op_type == "Cast" and n.output[0] == layout.input[0])
+    assert helper.get_attribute_value(cast.attribute[0]) == TensorProto.BFLOAT16
+
+
 @pytest.mark.parametrize("target", ["ort-cpu", "tensorrt"])
 def test_other_targets_keep_the_transpose(target):
     optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.resnet_tiny()), target=target)
