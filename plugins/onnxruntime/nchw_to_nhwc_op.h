@@ -28,7 +28,7 @@ struct LayoutNode {
   }
 };
 
-// Registers Kernel<T> as NchwToNhwc on `provider` for every element type of the op contract.
+// Registers Kernel<T> as NchwToNhwc on `provider` for float, float16 and bfloat16.
 template <template <class> class Kernel>
 void add_layout_ops(OpList* ops, const char* provider) {
   ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<float>>(kNchwToNhwc, provider));
