@@ -13,19 +13,10 @@ struct NchwToNhwcCudaKernel {
   NchwToNhwcCudaKernel(const OrtApi*, const OrtKernelInfo* info) : node_(info) {}
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, Tensor<T>& Y) {
-    try {
-      Dims shape;
-      Status s = node_.output_shape(X.Shape(), &shape);
-      if (!s.ok()) return node_.error(s.message());
-      T* y = Y.Allocate(shape);
-      const Ort::KernelContext ctx(context);
-      s = cuda::nchw_to_nhwc(X.DataRaw(), y, shape[0], shape[3], shape[1], shape[2], sizeof(T),
-                             static_cast<cudaStream_t>(ctx.GetGPUComputeStream()));
-      if (!s.ok()) return node_.error(s.message(), ORT_RUNTIME_EXCEPTION);
-    } catch (const std::exception& e) {
-      return node_.error(e.what(), ORT_RUNTIME_EXCEPTION);
-    }
-    return Ort::Status{nullptr};
+    return node_.run(X, Y, [context](const T* x, T* y, int64_t N, int64_t C, int64_t H, int64_t W) {
+      const auto stream = static_cast<cudaStream_t>(Ort::KernelContext(context).GetGPUComputeStream());
+      return cuda::nchw_to_nhwc(x, y, N, C, H, W, sizeof(T), stream);
+    });
   }
 
  private:

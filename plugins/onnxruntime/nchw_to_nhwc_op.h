@@ -16,11 +16,20 @@ struct LayoutNode {
 
   explicit LayoutNode(const OrtKernelInfo* info) : node(describe_node(Ort::ConstKernelInfo(info), kNchwToNhwc)) {}
 
-  // The output shape for input shape `x`, or an error naming the node and the shape.
-  Status output_shape(const Dims& x, Dims* y) const {
-    if (x.size() != 4) return Status::Error("X must be 4-D [N, C, H, W], got rank " + std::to_string(x.size()));
-    *y = {x[0], x[2], x[3], x[1]};
-    return Status::Ok();
+  // One run of either kernel: checks X, allocates Y [N, H, W, C] and calls
+  // `transpose(x, y, N, C, H, W) -> Status`; every error names the node.
+  template <class T, class Transpose>
+  Ort::Status run(const Tensor<T>& X, Tensor<T>& Y, Transpose transpose) const {
+    try {
+      const Dims& x = X.Shape();
+      if (x.size() != 4) return error("X must be 4-D [N, C, H, W], got rank " + std::to_string(x.size()));
+      T* y = Y.Allocate({x[0], x[2], x[3], x[1]});
+      const Status s = transpose(X.Data(), y, x[0], x[1], x[2], x[3]);
+      if (!s.ok()) return error(s.message(), ORT_RUNTIME_EXCEPTION);
+    } catch (const std::exception& e) {
+      return error(e.what(), ORT_RUNTIME_EXCEPTION);
+    }
+    return Ort::Status{nullptr};
   }
 
   Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
