@@ -133,7 +133,10 @@ int64_t tiles(const ConvProblem& p, int64_t tile_n) {
 bool narrow_input(const ConvProblem& p) { return known(p.C) && known(p.K) && p.C <= 32 && p.K <= 32; }
 bool prefer_conv_128x32(const ConvProblem& p) { return !gemm_problem(p) && narrow_input(p); }
 bool prefer_conv_pingpong(const ConvProblem& p) { return !gemm_problem(p) && !narrow_input(p) && tiles(p, 64) >= 0; }
-bool prefer_conv_1cta(const ConvProblem& p) { return gemm_problem(p) && tiles(p, 64) >= 0 && tiles(p, 128) < kWaveTiles; }
+bool prefer_conv_1cta(const ConvProblem& p) {
+  const int64_t wide = tiles(p, 128);  // -1 when M is unknown
+  return gemm_problem(p) && wide >= 0 && wide < kWaveTiles;
+}
 
 }  // namespace
 
