@@ -5,6 +5,7 @@ MaxPool and Resize, in NHWC), PyTorch eager (CUDA graph) and, with --compile, to
 ms per batch.
 
     python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--compile] [--pdl] [--profile]
+                               [--timeline]
                                [--markdown FILE]
 
 Models are torchvision's when torchvision is importable, exported here with torch.onnx (fp16,
@@ -175,6 +176,51 @@ def inductor_profile(model, batch, size=224) -> str:
         return profiled(lambda: compiled(x))
 
 
+def timeline(model_bytes, batch, *, library, prefer_nhwc, size=224, runs=3) -> str:
+    """One CUDA-graph replay as the GPU runs it (CUPTI through torch.profiler): kernels and copies, time busy and idle
+    (the gaps between kernels: launch latency inside the graph), and every kernel in order with the gap
+    before it. The replay shown is the median of `runs` by span."""
+    import json
+
+    from torch.profiler import ProfilerActivity, profile
+
+    sess, x = cuda_session(model_bytes, batch, size, library=library, cuda_graph=True, prefer_nhwc=prefer_nhwc)
+    binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, {})
+    for o in sess.get_outputs():
+        binding.bind_output(o.name, "cuda")
+    for _ in range(3):
+        sess.run_with_iobinding(binding)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            sess.run_with_iobinding(binding)
+            torch.cuda.synchronize()
+            time.sleep(0.002)  # separates the replays in the trace
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    kernels = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                     key=lambda e: e["ts"])
+    replays, current = [], []
+    for k in kernels:
+        if current and k["ts"] - (current[-1]["ts"] + current[-1]["dur"]) > 1000:
+            replays.append(current)
+            current = []
+        current.append(k)
+    replays.append(current)
+    span = lambda r: r[-1]["ts"] + r[-1]["dur"] - r[0]["ts"]  # noqa: E731
+    replay = sorted(replays, key=span)[len(replays) // 2]
+    busy = sum(k["dur"] for k in replay)
+    lines = [f"{len(replay)} kernels and copies, span {span(replay):.1f} us, busy {busy:.1f} us, "
+             f"idle {span(replay) - busy:.1f} us (median of {len(replays)} replays)",
+             "   gap us    dur us  kernel"]
+    end = replay[0]["ts"]
+    for k in replay:
+        lines.append(f"{k['ts'] - end:9.1f} {k['dur']:9.1f}  {k['name'][:110]}")
+        end = k["ts"] + k["dur"]
+    return "\n".join(lines)
+
+
 def tune(model_bytes, batch, size=224):
     import onnxruntime as ort
 
@@ -235,6 +281,12 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
         row["vs torch"] = torch_best / row["epifuse"] if torch_best < math.inf else float("nan")
         rows.append(row)
         print(row, flush=True)
+        if args.timeline:
+            for label, data, library in (("ort", original, False), ("epifuse", optimized, True)):
+                print(f"--- {name} batch {batch}: {label}, CUDA-graph timeline\n"
+                      + timeline(data.SerializeToString(), batch, library=library, size=size,
+                                 prefer_nhwc=not library or row["epifuse nhwc=1"] < row["epifuse nhwc=0"]),
+                      flush=True)
         if args.profile:
             for label, data, library in (("ort", original, False), ("epifuse", optimized, True)):
                 print(f"--- {name} batch {batch}: {label}, 5 runs\n"
@@ -256,6 +308,8 @@ def main() -> int:
                     help="print the CUDA kernels of 5 runs and the conv / other split: ORT on the original, "
                          "epifuse, torch.compile (default mode)")
     ap.add_argument("--pdl", action="store_true", help="also time the epifuse model with EPIFUSE_PDL=1")
+    ap.add_argument("--timeline", action="store_true",
+                    help="print one CUDA-graph replay kernel by kernel (gaps, durations): ORT on the original, epifuse")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     rows = []

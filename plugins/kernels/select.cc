@@ -107,12 +107,38 @@ struct EventPair {
   }
 };
 
+// `per_sample` back-to-back launches of `k`, captured into a CUDA graph (nullptr when the launches cannot
+// be captured). Replaying it times the kernels without the host work between launches, as a model's
+// CUDA graph runs them: an SM90 kernel's host setup (TMA descriptors, CUTLASS argument checks) takes
+// about as long as a batch-1 launch runs, so timing direct launches measured the host at batch 1.
+struct CapturedLaunches {
+  cudaGraphExec_t exec = nullptr;
+  CapturedLaunches(const KernelImpl& k, const ConvProblem& p, const Tensors& t, void* ws, size_t ws_bytes,
+                   cudaStream_t stream, int per_sample) {
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    bool launched = true;
+    for (int j = 0; j < per_sample && launched; ++j) launched = k.launch(p, t, ws, ws_bytes, stream).ok();
+    cudaGraph_t graph = nullptr;
+    const bool captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess && launched;
+    if (!captured || cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) exec = nullptr;
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // a failed capture falls back to direct launches; its error is not the caller's
+  }
+  ~CapturedLaunches() {
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+};
+
 // ms per launch: the median of kSamples samples, each a run of back-to-back launches between two
-// events, as CUDA-graph replay runs them. Timing single launches with a sync between (the earlier
-// way) left batch-1 kernels of 5-15 µs within launch and event noise of each other: the picks for 14
-// of YOLOv8s's batch-1 problems changed from one tuning run to the next, and the model's time by
-// ±10%. A sample lasts ~kSampleMs (at most kMaxPerSample launches); a kernel whose warm launch takes
-// longer than `give_up_ms` cannot win and is not timed further. Failing to launch gets +inf.
+// events, replayed from a CUDA graph (direct launches where capture fails). Timing single launches with
+// a sync between (the first way) left batch-1 kernels of 5-15 µs within launch and event noise of each
+// other: the picks for 14 of YOLOv8s's batch-1 problems changed from one tuning run to the next, and
+// the model's time by ±10%. A sample lasts ~kSampleMs (at most kMaxPerSample launches); a kernel
+// whose warm launch takes longer than `give_up_ms` cannot win and is not timed further. Failing to
+// launch gets +inf.
 float time_kernel(const KernelImpl& k, const ConvProblem& p, const Tensors& t, void* ws, size_t ws_bytes,
                   cudaStream_t stream, float give_up_ms) {
   constexpr int kWarmup = 2, kSamples = 7, kMaxPerSample = 16;
@@ -127,11 +153,16 @@ float time_kernel(const KernelImpl& k, const ConvProblem& p, const Tensors& t, v
   }
   if (single > give_up_ms) return single;
   const int per_sample = std::clamp(static_cast<int>(kSampleMs / std::max(single, 1e-4f)), 1, kMaxPerSample);
+  CapturedLaunches graph(k, p, t, ws, ws_bytes, stream, per_sample);
   std::vector<float> ms;
   for (int i = 0; i < kSamples; ++i) {
     cudaEventRecord(events.start, stream);
-    for (int j = 0; j < per_sample; ++j)
-      if (!k.launch(p, t, ws, ws_bytes, stream).ok()) return 1e30f;
+    if (graph.exec) {
+      if (cudaGraphLaunch(graph.exec, stream) != cudaSuccess) return 1e30f;
+    } else {
+      for (int j = 0; j < per_sample; ++j)
+        if (!k.launch(p, t, ws, ws_bytes, stream).ok()) return 1e30f;
+    }
     cudaEventRecord(events.stop, stream);
     ms.push_back(events.elapsed_ms() / per_sample);
   }
