@@ -13,6 +13,7 @@ from onnx_graphsurgeon.logger import G_LOGGER
 
 from .passes.canonicalize import canonicalize
 from .passes.cleanup import cleanup
+from .passes.fc_as_conv import fc_as_conv
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
 from .passes.gpu_pools import gpu_pools
@@ -80,6 +81,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     report.ops_before = _op_counts(template)
     with _timed(report, "canonicalize", progress, free_memory):
         graph = canonicalize(graph, report)
+    with _timed(report, "fc_as_conv", progress, free_memory):  # before fusion: the convs it writes fuse
+        graph = fc_as_conv(graph, report, target)
     with _timed(report, "fold_batchnorm", progress, free_memory):
         graph = fold_batchnorm(graph, report)
     with _timed(report, "fuse_conv", progress, free_memory):

@@ -105,6 +105,25 @@ def drop_before_reshape(graph: gs.Graph, t: gs.Node) -> bool:
     return True
 
 
+def fold_into_reshape(graph: gs.Graph, t: gs.Node) -> bool:
+    """A Transpose that moves no memory after a Reshape only read by it: the Reshape takes the
+    transposed shape and the Transpose goes (fc_as_conv's [N, C, 1, 1] image entering an NHWC region)."""
+    src = t.inputs[0]
+    reshape = src.inputs[0] if len(src.inputs) == 1 else None
+    if reshape is None or reshape.op != "Reshape" or len(src.outputs) != 1 or src in graph.outputs or \
+            not moves_only_unit_dims(t):
+        return False
+    shape, perm = constant_value(reshape.inputs[1]), _perm(t)
+    if shape is None or len(shape) != len(perm) or any(v == 0 and perm[i] != i for i, v in enumerate(shape)):
+        return False  # a 0 (copy the input's dim) must stay where it is
+    new_shape = make_constant(graph, f"{reshape.name}_shape", np.array([shape[i] for i in perm], np.int64))
+    out = t.outputs[0]
+    src.shape = out.shape
+    set_inputs(reshape, [reshape.inputs[0], new_shape])
+    _bypass(graph, t)
+    return True
+
+
 def _axis(a: int, rank: int, p) -> int:
     return p[a + rank if a < 0 else a]
 
@@ -259,7 +278,8 @@ def _run(graph: gs.Graph, greedy: bool) -> gs.Graph:
             if not node.outputs:
                 continue
             if node.op == "Transpose":
-                changed |= merge_transposes(graph, node) or drop_before_reshape(graph, node)
+                changed |= merge_transposes(graph, node) or drop_before_reshape(graph, node) or \
+                    fold_into_reshape(graph, node)
             else:
                 changed |= pusher.push(node)
         graph.cleanup(remove_unused_graph_inputs=False)
