@@ -20,6 +20,7 @@ from .passes.gpu_pools import gpu_pools
 from .passes.input_layout import input_layout
 from .passes.layout import layout
 from .passes.load import load_model_split, validate
+from .passes.pool_as_conv import pool_as_conv
 from .passes.precision import precision as convert_precision
 from .passes.save import check_output_path, save_model
 from .proto import SplitModel, skeleton
@@ -83,6 +84,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         graph = canonicalize(graph, report)
     with _timed(report, "fc_as_conv", progress, free_memory):  # before fusion: the convs it writes fuse
         graph = fc_as_conv(graph, report, target)
+    with _timed(report, "pool_as_conv", progress, free_memory):
+        graph = pool_as_conv(graph, report, target)
     with _timed(report, "fold_batchnorm", progress, free_memory):
         graph = fold_batchnorm(graph, report)
     with _timed(report, "fuse_conv", progress, free_memory):

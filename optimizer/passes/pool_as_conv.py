@@ -1,0 +1,53 @@
+"""Small global average pools as depthwise convs (target ort-cuda): GlobalAveragePool over a static
+H x W of at most 64 pixels (the last stage of ResNet, EfficientNet, MobileNet: 7x7) becomes
+
+    Conv(X, W = 1/(H*W) in every tap of an H x W filter, group = C)   →   [N, C, 1, 1]
+
+so the fusion pass gives it to FusedConv (the depthwise kernel) and it reads the NHWC region's tensor
+as it is. Why: the NHWC pool otherwise ends as gpu_pools' GEMV, which ONNX Runtime runs as a batched
+MatMul: at batch 1 it copied three pointer arrays host→device inside the CUDA graph and ran cuBLAS's
+gemv, ~15 µs of ResNet-50's 0.40 ms (graph timeline, `bench/ort_models.py --timeline`). Larger pools
+(squeeze-excite at 56x56 and up) stay pools: a depthwise kernel would reduce thousands of taps per
+thread. 1/(H*W) rounds to fp16 within 2^-11 relative, as gpu_pools' row does; the sum is fp32.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ..graph import make_constant, make_variable, replace_uses, shape_of
+from ..report import Report
+
+MAX_PIXELS = 64
+
+
+def _small_pool(node: gs.Node) -> tuple[int, int, int] | None:
+    """(C, H, W) when `node` is a GlobalAveragePool over a static C x H x W with H*W <= MAX_PIXELS."""
+    if node.op != "GlobalAveragePool":
+        return None
+    shape = shape_of(node.inputs[0])
+    if not shape or len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape[1:]):
+        return None
+    c, h, w = shape[1:]
+    return (c, h, w) if h * w <= MAX_PIXELS else None
+
+
+def pool_as_conv(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
+    if target != "ort-cuda":
+        return graph
+    for node in list(graph.nodes):
+        found = _small_pool(node) if node.outputs else None
+        if found is None:
+            continue
+        c, h, w = found
+        x, y = node.inputs[0], node.outputs[0]
+        base = node.name or "pool"
+        pooled = make_variable(graph, f"{base}_conv", y.dtype, shape_of(y))
+        dtype = np.dtype(x.dtype) if x.dtype is not None else np.dtype(np.float32)  # a model already in fp16
+        weights = make_constant(graph, f"{base}_W", np.full((c, 1, h, w), 1.0 / (h * w), dtype))
+        graph.nodes.append(gs.Node("Conv", f"{base}_depthwise", attrs={"kernel_shape": [h, w], "group": c},
+                                   inputs=[x, weights], outputs=[pooled]))
+        replace_uses(graph, y, pooled)
+        node.outputs.clear()
+        report.canonicalized["small GlobalAveragePool → depthwise Conv (ort-cuda)"] += 1
+    return graph.cleanup(remove_unused_graph_inputs=False).toposort()

@@ -1,0 +1,65 @@
+"""pool_as_conv: for ort-cuda, a GlobalAveragePool over at most 64 static pixels becomes a depthwise
+Conv of 1/(H*W) taps, fused into a FusedConv that reads the NHWC region directly, with the same result
+(ORT CPU EP, the library's CPU kernel); larger or dynamic pools and other targets keep the pool."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from models import zoo
+from optimizer.pipeline import optimize_model
+from optimizer.verify import verify
+from tests.helpers import ops
+
+REWRITE = "small GlobalAveragePool → depthwise Conv (ort-cuda)"
+
+
+def _pool_model(h, w, c=16, batch=2):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, h, w])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, c, 1, 1])
+    graph = helper.make_graph([helper.make_node("GlobalAveragePool", ["x"], ["y"])], "g", [x], [y])
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_resnet_head_pool_becomes_a_depthwise_fused_conv_with_the_same_result(precision):
+    original = onnx.shape_inference.infer_shapes(zoo.resnet_tiny())
+    optimized, report = optimize_model(original, target="ort-cuda", precision=precision)
+    assert report.canonicalized[REWRITE] == 1
+    assert "GlobalAveragePool" not in ops(optimized) and "ReduceMean" not in ops(optimized)
+    init = {i.name: i for i in optimized.graph.initializer}
+    pools = [n for n in optimized.graph.node if n.op_type == "FusedConv" and "GlobalAveragePool" in n.name]
+    assert len(pools) == 1
+    group = next(a.i for a in pools[0].attribute if a.name == "group")
+    weights = onnx.numpy_helper.to_array(init[pools[0].input[1]])
+    assert group == weights.shape[0] and weights.shape[3] == 1  # KRSC, one input channel per group
+    np.testing.assert_allclose(weights.astype(np.float64), 1.0 / (weights.shape[1] * weights.shape[2]), rtol=1e-3)
+    result = verify(original, optimized, precision=precision)
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize("hw", [(8, 8), (7, 9), (1, 1)])
+def test_pools_up_to_64_pixels_are_rewritten(hw):
+    original = _pool_model(*hw)
+    optimized, report = optimize_model(original, target="ort-cuda")
+    assert report.canonicalized[REWRITE] == 1
+    assert "GlobalAveragePool" not in ops(optimized) and "FusedConv" in ops(optimized)
+    assert verify(original, optimized)["passed"]
+
+
+@pytest.mark.parametrize("hw", [(9, 8), (56, 56)])
+def test_larger_pools_stay_pools(hw):
+    optimized, report = optimize_model(_pool_model(*hw), target="ort-cuda")
+    assert report.canonicalized[REWRITE] == 0 and "GlobalAveragePool" in ops(optimized)
+
+
+@pytest.mark.parametrize("target", ["ort-cpu", "tensorrt"])
+def test_other_targets_keep_the_pool(target):
+    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.resnet_tiny()), target=target)
+    assert report.canonicalized[REWRITE] == 0
+
+
+def test_dynamic_spatial_size_keeps_the_pool():
+    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.efficientnet_tiny(size="size")),
+                                       target="ort-cuda", precision="fp16")
+    assert report.canonicalized[REWRITE] == 0
