@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from optimizer import contract
-from optimizer.registry import ConvDesc
+from optimizer.registry import FLOAT16, ConvDesc
 
 pytestmark = pytest.mark.gpu
 
@@ -108,6 +108,7 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (3, 2, 5, 37, 19, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # 30 pixels, odd C and K (gemv)
     (4, 96, 96, 64, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),    # 288 tiles of 128x64: persistent CTAs loop
     (3, 60, 62, 64, 192, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),   # several N tiles, last M tile partial
+    (1, 7, 7, 1024, 256, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # batch-1 1x1, 4 tiles x 16 k-tiles: 64-row tiles, stream-K
 ]
 
 
@@ -163,6 +164,27 @@ def test_a_kernel_that_cannot_run_the_problem_is_refused():
     t = torch.zeros(4096, device="cuda")
     with pytest.raises(cuda.CudaKernelError, match="cannot run|unknown kernel"):
         cuda.fused_conv(desc, t.data_ptr(), t.data_ptr(), t.data_ptr(), None, t.data_ptr(), kernel="cuda_depthwise")
+
+
+@pytest.mark.parametrize("kernel", ["sm90_f16_conv_128x64x64_c1x1_pingpong_silu", "sm90_f16_gemm1x1_128x128_coop_silu",
+                                    "sm90_f16_conv_64x64x64_c1x1_2cta_silu"])
+def test_a_two_activation_kernel_refuses_other_activations(kernel):
+    """The _silu kernels' epilogues carry Identity and SiLU only: a Relu node is refused with the reason,
+    never run with the wrong activation."""
+    import torch
+
+    from optimizer import cuda
+
+    if kernel not in cuda.kernels(ConvDesc(FLOAT16, 2, 8, 8, 64, 64, 1, 1, activation="silu")) + \
+            cuda.kernels(ConvDesc(FLOAT16, 2, 8, 8, 64, 64, 3, 3, pad_top=1, pad_left=1, pad_bottom=1, pad_right=1,
+                                  activation="silu")):
+        pytest.skip(f"{kernel} not in this build (sm_90a only)")
+    r = 1 if "gemm" in kernel else 3
+    desc = ConvDesc(FLOAT16, 2, 8, 8, 64, 64, r, r, pad_top=r // 2, pad_left=r // 2, pad_bottom=r // 2,
+                    pad_right=r // 2, activation="relu")
+    t = torch.zeros(1 << 16, device="cuda")
+    with pytest.raises(cuda.CudaKernelError, match="silu"):
+        cuda.fused_conv(desc, t.data_ptr(), t.data_ptr(), t.data_ptr(), None, t.data_ptr(), kernel=kernel)
 
 
 @pytest.mark.parametrize("shape", [(4, 28, 28, 64, 3), (8, 14, 14, 128, 3), (8, 28, 28, 128, 1), (1, 7, 7, 256, 1)],

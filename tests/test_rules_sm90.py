@@ -16,11 +16,17 @@ from optimizer import registry
 from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
 
 CUDA_TARGETS = ("ort-cuda", "tensorrt")
-GEMM = ("gemm1x1_128x128_coop", "gemm1x1_128x128_pingpong", "gemm1x1_128x128_streamk",
-        "gemm1x1_128x64_pingpong")
-CONV = (("conv_128x64x64_c1x1_pingpong", 64), ("conv_128x128x64_c1x1_pingpong", 128),
-        ("conv_128x32x32_c1x1_pingpong", 32), ("conv_128x64x64_c2x1_2cta", 64), ("conv_128x64x64_c2x1", 64),
-        ("conv_128x128x64_c1x1", 128), ("conv_128x32x32_c2x1_2cta", 32))
+# (name, the one activation besides identity its epilogue carries; None: all 14)
+GEMM = (("gemm1x1_128x128_coop_relu", "relu"), ("gemm1x1_128x128_coop_silu", "silu"),
+        ("gemm1x1_256x128_coop_relu", "relu"), ("gemm1x1_256x128_coop_silu", "silu"), ("gemm1x1_128x128_coop", None),
+        ("gemm1x1_128x128_pingpong", None), ("gemm1x1_128x128_streamk", None), ("gemm1x1_128x64_pingpong", None))
+# (name, N tile, the one activation besides identity its epilogue carries; None: all 14)
+CONV = (("conv_128x64x64_c1x1_pingpong_relu", 64, "relu"), ("conv_128x64x64_c1x1_pingpong_silu", 64, "silu"),
+        ("conv_128x64x64_c1x1_pingpong", 64, None), ("conv_64x64x64_c1x1_2cta_relu", 64, "relu"),
+        ("conv_64x64x64_c1x1_2cta_silu", 64, "silu"), ("conv_128x128x64_c1x1_pingpong_silu", 128, "silu"),
+        ("conv_128x128x64_c1x1_pingpong", 128, None), ("conv_128x32x32_c1x1_pingpong", 32, None),
+        ("conv_128x64x64_c2x1_2cta", 64, None), ("conv_128x64x64_c2x1", 64, None), ("conv_128x128x64_c1x1", 128, None),
+        ("conv_128x32x32_c2x1_2cta_relu", 32, "relu"), ("conv_128x32x32_c2x1_2cta", 32, None))
 DT = {FLOAT16: "f16", BFLOAT16: "bf16"}
 INT32_MAX = 2**31 - 1
 
@@ -52,7 +58,7 @@ def expected(d: ConvDesc) -> list[str]:
     known_nhw = min(d.N, d.H, d.W) >= 0
     if (d.R, d.S, d.stride_h, d.stride_w, pads) == (1, 1, 1, 1, (0, 0, 0, 0)) and \
             not (known_nhw and d.N * d.H * d.W > INT32_MAX):
-        names += [f"sm90_{dt}_{g}" for g in GEMM]
+        names += [f"sm90_{dt}_{g}" for g, act in GEMM if act is None or d.activation in ("identity", act)]
     ok = max(d.stride_h, d.stride_w) <= 8 and all(0 <= p <= 256 for p in pads)
     ok &= d.pad_top <= 128 and d.pad_left <= 128
     for extent, dil, pad_end in ((d.R, d.dil_h, d.pad_bottom), (d.S, d.dil_w, d.pad_right)):
@@ -62,8 +68,8 @@ def expected(d: ConvDesc) -> list[str]:
         p = _out(d.H, d.pad_top, d.pad_bottom, d.dil_h, d.R, d.stride_h)
         q = _out(d.W, d.pad_left, d.pad_right, d.dil_w, d.S, d.stride_w)
         ok &= d.N * p * q <= INT32_MAX and d.H * d.W * d.C * 2 < 2**40 and p * q * d.K * 2 < 2**40
-    for conv, tile_n in CONV:
-        if ok and -(-d.K // tile_n) <= 65535:
+    for conv, tile_n, act in CONV:
+        if ok and -(-d.K // tile_n) <= 65535 and (act is None or d.activation in ("identity", act)):
             names.append(f"sm90_{dt}_{conv}")
     return names
 
@@ -100,10 +106,25 @@ ANCHORS = {
 
 
 def test_expected_lists_are_what_the_brief_says():
-    convs = ["sm90_f16_conv_128x64x64_c1x1_pingpong", "sm90_f16_conv_128x128x64_c1x1_pingpong", "sm90_f16_conv_128x32x32_c1x1_pingpong", "sm90_f16_conv_128x64x64_c2x1_2cta", "sm90_f16_conv_128x64x64_c2x1", "sm90_f16_conv_128x128x64_c1x1", "sm90_f16_conv_128x32x32_c2x1_2cta"]
-    assert expected(ANCHORS["r50.s1.1x1up"]) == [
-        "sm90_f16_gemm1x1_128x128_coop", "sm90_f16_gemm1x1_128x128_pingpong", "sm90_f16_gemm1x1_128x128_streamk",
-        "sm90_f16_gemm1x1_128x64_pingpong"] + convs
+    convs = [f"sm90_f16_{c}" for c in (
+        "conv_128x64x64_c1x1_pingpong_relu", "conv_128x64x64_c1x1_pingpong_silu", "conv_128x64x64_c1x1_pingpong",
+        "conv_64x64x64_c1x1_2cta_relu", "conv_64x64x64_c1x1_2cta_silu",
+        "conv_128x128x64_c1x1_pingpong_silu", "conv_128x128x64_c1x1_pingpong", "conv_128x32x32_c1x1_pingpong",
+        "conv_128x64x64_c2x1_2cta", "conv_128x64x64_c2x1", "conv_128x128x64_c1x1", "conv_128x32x32_c2x1_2cta_relu",
+        "conv_128x32x32_c2x1_2cta")]
+    gemms = [f"sm90_f16_{g}" for g in (
+        "gemm1x1_128x128_coop", "gemm1x1_128x128_pingpong", "gemm1x1_128x128_streamk", "gemm1x1_128x64_pingpong")]
+    relu, silu = ("_relu",), ("_silu",)
+    only = lambda names, drop: [n for n in names if not n.endswith(drop)]  # noqa: E731
+    assert expected(ANCHORS["r50.s1.1x1up"]) == [  # identity: both kinds of two-activation kernels
+        "sm90_f16_gemm1x1_128x128_coop_relu", "sm90_f16_gemm1x1_128x128_coop_silu", "sm90_f16_gemm1x1_256x128_coop_relu",
+        "sm90_f16_gemm1x1_256x128_coop_silu"] + gemms + convs
+    assert expected(dataclasses.replace(ANCHORS["r50.s1.1x1up"], activation="silu")) == [
+        "sm90_f16_gemm1x1_128x128_coop_silu", "sm90_f16_gemm1x1_256x128_coop_silu"] + gemms + only(convs, relu)
+    assert expected(dataclasses.replace(ANCHORS["r50.s1.1x1up"], activation="relu")) == [
+        "sm90_f16_gemm1x1_128x128_coop_relu", "sm90_f16_gemm1x1_256x128_coop_relu"] + gemms + only(convs, silu)
+    assert expected(dataclasses.replace(ANCHORS["r50.s1.1x1up"], activation="hardswish")) == gemms + only(
+        convs, relu + silu)
     assert expected(ANCHORS["r50.s1.3x3"]) == convs
     assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=BFLOAT16)) == [
         n.replace("_f16_", "_bf16_") for n in convs]
@@ -129,33 +150,43 @@ PAD1 = dict(pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
 
 @pytest.mark.skipif(not HAVE_NAMES, reason="registry.kernel_names / epifuse_kernel_names not in this build")
 @pytest.mark.parametrize("desc,first", [
-    (ANCHORS["r50.s1.3x3"], "conv_128x64x64_c1x1_pingpong"),                  # 784 tiles of 128x64
-    (f16((8, 160, 160, 64, 64), **PAD1), "conv_128x64x64_c1x1_pingpong"),      # y8s.160.3x3
-    (f16((1, 160, 160, 32, 32), **PAD1), "conv_128x32x32_c2x1_2cta"),          # C <= 32: the 32-deep k-step
-    (f16((32, 160, 160, 32, 32), **PAD1), "conv_128x32x32_c2x1_2cta"),
-    (f16((32, 320, 320, 32, 64), stride_h=2, stride_w=2, **PAD1), "conv_128x64x64_c1x1_pingpong"),  # K = 64
-    (f16((32, 14, 14, 256, 256), **PAD1), "conv_128x64x64_c1x1_pingpong"),     # r50.s3.3x3
-    (ANCHORS["y8s.80.3x3s2"], "conv_128x64x64_c1x1_pingpong"),
-    (f16((8, 40, 40, 256, 256), **PAD1), "conv_128x64x64_c1x1_pingpong"),      # y8s.40.3x3
-    (ANCHORS["y8s.b1.80.3x3"], "conv_128x64x64_c1x1_pingpong"),
-    (f16((1, 28, 28, 128, 128), **PAD1), "conv_128x64x64_c1x1_pingpong"),      # r50.b1.s2.3x3
-    (f16((32, 7, 7, 512, 512), **PAD1), "conv_128x64x64_c1x1_pingpong"),      # ResNet-50 b32 7x7x512
-    (f16((1, 80, 80, 64, 64), **PAD1), "conv_128x64x64_c1x1_pingpong"),        # YOLO b1, 100 tiles
-    (f16((-1, 56, 56, 64, 64), **PAD1), "conv_128x64x64_c1x1_pingpong"),       # symbolic batch: registry order
-    (ANCHORS["r50.s1.1x1up"], "gemm1x1_128x128_coop"),                         # the GEMMs keep large 1x1s
-    (f16((32, 14, 14, 1024, 256), r=1), "gemm1x1_128x128_coop"),               # 98 wide tiles
-    (f16((32, 7, 7, 512, 2048), r=1), "gemm1x1_128x128_coop"),                 # 208 wide tiles
-    (f16((1, 56, 56, 256, 128), r=1), "conv_128x64x64_c2x1"),                  # batch-1 1x1: 25 wide tiles
-    (f16((1, 7, 7, 512, 2048), r=1), "conv_128x64x64_c2x1"),                   # 16 wide tiles
-    (ANCHORS["stride2_1x1_downsample"], "conv_128x64x64_c1x1_pingpong"),       # strided 1x1: a conv
+    (ANCHORS["r50.s1.3x3"], "conv_128x64x64_c1x1_pingpong_relu"),                  # 784 tiles of 128x64
+    (f16((8, 160, 160, 64, 64), activation="silu", **PAD1), "conv_128x64x64_c1x1_pingpong_silu"),  # y8s.160.3x3
+    (f16((1, 160, 160, 32, 32), **PAD1), "conv_128x32x32_c2x1_2cta_relu"),          # C <= 32: the 32-deep k-step
+    (f16((32, 160, 160, 32, 32), **PAD1), "conv_128x32x32_c2x1_2cta_relu"),
+    (f16((32, 320, 320, 32, 64), stride_h=2, stride_w=2, **PAD1), "conv_128x64x64_c1x1_pingpong_relu"),  # K = 64
+    (f16((32, 14, 14, 256, 256), **PAD1), "conv_128x64x64_c1x1_pingpong_relu"),     # r50.s3.3x3
+    (ANCHORS["y8s.80.3x3s2"], "conv_128x64x64_c1x1_pingpong_relu"),
+    (f16((8, 40, 40, 256, 256), **PAD1), "conv_128x64x64_c1x1_pingpong_relu"),      # y8s.40.3x3
+    (ANCHORS["y8s.b1.80.3x3"], "conv_128x64x64_c1x1_pingpong_relu"),
+    (f16((1, 28, 28, 128, 128), **PAD1), "conv_64x64x64_c1x1_2cta_relu"),      # r50.b1.s2.3x3: 14 tiles
+    (f16((32, 7, 7, 512, 512), **PAD1), "conv_128x64x64_c1x1_pingpong_relu"),      # ResNet-50 b32 7x7x512
+    (f16((1, 80, 80, 64, 64), **PAD1), "conv_64x64x64_c1x1_2cta_relu"),        # YOLO b1, 50 tiles
+    (f16((1, 80, 80, 128, 128), activation="silu", **PAD1), "conv_128x64x64_c1x1_pingpong_silu"),  # 100 tiles
+    (f16((1, 80, 80, 64, 64), activation="hardswish", **PAD1), "conv_128x64x64_c1x1_pingpong"),
+    (f16((-1, 56, 56, 64, 64), **PAD1), "conv_128x64x64_c1x1_pingpong_relu"),       # symbolic batch: registry order
+    (ANCHORS["r50.s1.1x1up"], "gemm1x1_256x128_coop_relu"),                    # the GEMMs keep large 1x1s
+    (f16((32, 56, 56, 64, 256), r=1, activation="silu"), "gemm1x1_256x128_coop_silu"),
+    (f16((32, 56, 56, 64, 256), r=1, activation="gelu"), "gemm1x1_128x128_coop"),  # all 14 activations
+    (f16((32, 14, 14, 1024, 256), r=1), "gemm1x1_128x128_coop_relu"),          # 50 tiles of 256x128
+    (f16((32, 7, 7, 512, 2048), r=1), "gemm1x1_256x128_coop_relu"),            # 112 tiles of 256x128
+    (f16((1, 56, 56, 256, 128), r=1), "conv_64x64x64_c1x1_2cta_relu"),         # batch-1 1x1: 25 wide tiles
+    (f16((1, 7, 7, 512, 2048), r=1), "conv_64x64x64_c1x1_2cta_relu"),          # 16 wide tiles
+    (f16((1, 7, 7, 512, 2048), r=1, activation="gelu"), "conv_128x64x64_c2x1"),  # no 64-row kernel for GELU
+    (ANCHORS["stride2_1x1_downsample"], "conv_64x64x64_c1x1_2cta_relu"),       # strided 1x1: a conv, 56 tiles
 ], ids=["r50.s1.3x3", "y8s.160.3x3", "y8s.b1.160x32", "y8s.b32.160x32", "y8s.b32.320x32s2", "r50.s3.3x3", "y8s.80.3x3s2", "y8s.40.3x3",
-        "y8s.b1.80.3x3", "r50.b1.s2.3x3", "r50.b32.7x7x512", "y8s.b1.80x64", "symbolic", "1x1", "1x1_98tiles",
-        "1x1_208tiles", "1x1_b1", "1x1_b1_7x7", "1x1_s2"])
+        "y8s.b1.80.3x3", "r50.b1.s2.3x3", "r50.b32.7x7x512", "y8s.b1.80x64", "y8s.b1.80x128_silu",
+        "y8s.b1.80x64_hardswish", "symbolic", "1x1", "1x1_silu",
+        "1x1_gelu", "1x1_98tiles",
+        "1x1_208tiles", "1x1_b1", "1x1_b1_7x7", "1x1_b1_7x7_gelu", "1x1_s2"])
 @pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
 def test_untuned_conv_choice_follows_the_measured_winners(desc, first, dtype):
     """Without tuning the first name runs: by the H200 measurements (docs/bench-kernels.md) — for
     convs the GEMMs do not take, 128x32x32 for C, K <= 32, else the persistent ping-pong 128x64;
-    1x1s stay with the GEMMs unless their 128x128 tiles fill < 0.7 of a wave (then one CTA of 128x64)."""
+    1x1s stay with the GEMMs (256x128 tiles where they fill 0.7 of a wave) unless their 128x128 tiles
+    fill < 0.7 of a wave (then one CTA of 128x64); any conv whose 128x64 tiles fill < 0.7 of a wave
+    takes the 64-row tiles when its activation is in their epilogue; where an activation-specific kernel (_relu, _silu)
+    takes the node it comes first (identity: the _relu one)."""
     d = dataclasses.replace(desc, dtype=dtype)
     names = registry.kernel_names("ort-cuda", d)
     assert names[0] == f"sm90_{'f16' if dtype == FLOAT16 else 'bf16'}_{first}", names
@@ -164,7 +195,7 @@ def test_untuned_conv_choice_follows_the_measured_winners(desc, first, dtype):
 
 @pytest.mark.skipif(not HAVE_NAMES, reason="registry.kernel_names / epifuse_kernel_names not in this build")
 def test_sm90_first_and_gemm_first():
-    d = ANCHORS["r50.s1.1x1up"]
+    d = ANCHORS["r50.s3.1x1dn"]  # no `preferred` rule applies: the registry order
     names = registry.kernel_names("ort-cuda", d)
     assert names[:len(expected(d))] == expected(d)
     assert not [n for n in registry.kernel_names("ort-cpu", d) if n.startswith("sm90_")]

@@ -97,8 +97,42 @@ bool conv_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
   return true;
 }
 
+// The _relu and _silu GEMMs' epilogues carry Identity and one activation (sm90_common.cuh: ActivationSet).
+template <ActivationKind kAct>
+bool gemm1x1_with(const ConvProblem& p, DType dtype, std::string* why) {
+  const ActivationKind k = p.attr.activation.kind;
+  if (k != ActivationKind::kIdentity && k != kAct)
+    return reject(why, std::string("activation ") + activation_table()[static_cast<size_t>(k)].name +
+                           " not in the epilogue (identity, " + activation_table()[static_cast<size_t>(kAct)].name + ")");
+  return gemm1x1_can_implement(p, dtype, why);
+}
+
+bool f16_gemm1x1_relu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kRelu>(p, DType::kFloat16, why); }
+bool bf16_gemm1x1_relu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kRelu>(p, DType::kBFloat16, why); }
+bool f16_gemm1x1_silu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kSilu>(p, DType::kFloat16, why); }
+bool bf16_gemm1x1_silu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kSilu>(p, DType::kBFloat16, why); }
 bool f16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_implement(p, DType::kFloat16, why); }
 bool bf16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_implement(p, DType::kBFloat16, why); }
+template <int kTileN, ActivationKind kAct>
+bool conv_with(const ConvProblem& p, DType dtype, std::string* why) {
+  const ActivationKind k = p.attr.activation.kind;
+  if (k != ActivationKind::kIdentity && k != kAct)
+    return reject(why, std::string("activation ") + activation_table()[static_cast<size_t>(k)].name +
+                           " not in the epilogue (identity, " + activation_table()[static_cast<size_t>(kAct)].name + ")");
+  return conv_can_implement<kTileN>(p, dtype, why);
+}
+#define EPIFUSE_CONV_WITH(N, ACT, Act)                                                                      \
+  bool f16_conv_n##N##_##ACT(const ConvProblem& p, std::string* why) {                                    \
+    return conv_with<N, ActivationKind::Act>(p, DType::kFloat16, why);                                    \
+  }                                                                                                        \
+  bool bf16_conv_n##N##_##ACT(const ConvProblem& p, std::string* why) {                                   \
+    return conv_with<N, ActivationKind::Act>(p, DType::kBFloat16, why);                                   \
+  }
+EPIFUSE_CONV_WITH(64, relu, kRelu)
+EPIFUSE_CONV_WITH(64, silu, kSilu)
+EPIFUSE_CONV_WITH(128, silu, kSilu)
+EPIFUSE_CONV_WITH(32, relu, kRelu)
+#undef EPIFUSE_CONV_WITH
 bool f16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_implement<128>(p, DType::kFloat16, why); }
 bool bf16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_implement<128>(p, DType::kBFloat16, why); }
 bool f16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kFloat16, why); }
@@ -107,12 +141,13 @@ bool f16_conv_n32(const ConvProblem& p, std::string* why) { return conv_can_impl
 bool bf16_conv_n32(const ConvProblem& p, std::string* why) { return conv_can_implement<32>(p, DType::kBFloat16, why); }
 
 // The untuned order, from the H200 anchor and model-layer tables (docs/bench-kernels.md; fp16). For
-// convs the 1x1 GEMMs do not take (3x3s, strided 1x1s): the persistent ping-pong 128x64 conv, on every
-// anchor 3x3 within 6% of the best kernel and mostly the best (r50.s1.3x3 24.6 µs vs 31.9 two-CTA, y8s.160.3x3
-// 44.4 vs 65.9, YOLO b1 80x80 8.6 vs 9.9), except C, K <= 32, where the 32-deep k-step kernels go first.
-// For 1x1s the GEMMs keep the problem while the 128x128 tiles fill 0.7 of a wave; below, the one-CTA
-// conv (it or the two-CTA conv won 14 of ResNet-50's 16 batch-1 stride-1 1x1 layers, the cooperative
-// GEMM none). Unknown M (symbolic batch): the registry order.
+// convs the 1x1 GEMMs do not take (3x3s, strided 1x1s): the persistent ping-pong 128x64 conv (first in
+// the registry's conv list), on every anchor 3x3 within 6% of the best kernel and mostly the best
+// (r50.s1.3x3 24.6 µs vs 31.9 two-CTA, y8s.160.3x3 44.4 vs 65.9), except C, K <= 32, where the 32-deep
+// k-step kernels go first, and where 128x64 tiles fill less than 0.7 of a wave (batch 1): the 64-row
+// tiles, when the node's activation is in their epilogue. For 1x1s the GEMMs keep the problem while the
+// 128x128 tiles fill 0.7 of a wave; below, the 64-row or the one-CTA conv. Unknown M (symbolic batch):
+// the registry order.
 constexpr int64_t kSms = 132;  // H200 (sm_90a code runs only on H100/H200: 114-132 SMs)
 constexpr int64_t kWaveTiles = kSms * 7 / 10;
 
@@ -132,7 +167,19 @@ int64_t tiles(const ConvProblem& p, int64_t tile_n) {
 // the two-CTA 128x64 kept the lead (320x320 32->64 3x3s2 at batch 32: 230 vs 258 us; tied at batch 1).
 bool narrow_input(const ConvProblem& p) { return known(p.C) && known(p.K) && p.C <= 32 && p.K <= 32; }
 bool prefer_conv_128x32(const ConvProblem& p) { return !gemm_problem(p) && narrow_input(p); }
-bool prefer_conv_pingpong(const ConvProblem& p) { return !gemm_problem(p) && !narrow_input(p) && tiles(p, 64) >= 0; }
+// 64-row tiles while 128x64 tiles fill less than 0.7 of a wave (batch 1: ResNet-50's layers from 56x56
+// on, 14-50 tiles: 24 of its 28 problems, 3x3 56x56x64 4.4 µs vs 5.7 on 128x32), except C, K <= 32.
+bool prefer_conv_64x64(const ConvProblem& p) {
+  const int64_t t = tiles(p, 64);
+  return !narrow_input(p) && t >= 0 && t < kWaveTiles;
+}
+// 256x128 GEMM tiles where they fill a wave (r50.s1.1x1up 27.8 µs vs 32.4 on 128x128, r50.s4.1x1up's
+// 112 tiles 11.8 vs 12.9); r50.s3.1x1dn with 50 lost (15.8 vs 9.9).
+bool prefer_gemm_256x128(const ConvProblem& p) {
+  const int64_t P = p.P(), Q = p.Q();
+  if (!gemm_problem(p) || !known(p.N) || !known(P) || !known(Q) || !known(p.K)) return false;
+  return (saturating_product({p.N, P, Q}) + 255) / 256 * ((p.K + 127) / 128) >= kWaveTiles;
+}
 bool prefer_conv_1cta(const ConvProblem& p) {
   const int64_t wide = tiles(p, 128);  // -1 when M is unknown
   return gemm_problem(p) && wide >= 0 && wide < kWaveTiles;
@@ -141,14 +188,24 @@ bool prefer_conv_1cta(const ConvProblem& p) {
 }  // namespace
 
 // Best first (H200, fp16 anchors, CUDA-graph timing): the persistent 1x1 GEMMs for the problems they
-// take (cooperative beat ping-pong on every 1x1 anchor; stream-K and 128x64 ping-pong win some
-// batch-1 / K = 64 layers under tuning), then the implicit-GEMM convs: the persistent ping-pong ones
+// take (cooperative beat ping-pong on every 1x1 anchor; the _relu / _silu kernels, whose epilogues
+// carry Identity and one activation, beat the all-activation ones by 5-30%, and their 256x128 tile wins
+// where it fills a wave; stream-K and 128x64 ping-pong win some batch-1 / K = 64 layers under
+// tuning), then the implicit-GEMM convs: the persistent ping-pong ones
 // (conv_pingpong_kernel.hpp: 128x64, 128x128 wins some K >= 256 layers, 128x32 for C, K <= 32), then
 // CUTLASS's non-persistent kernel as 128x64 with two CTAs per SM, one CTA (wins some batch-1 layers
 // by a few %), 128x128, and 128x32. Tuning picks per problem; without it the `preferred` rules above
 // reorder the convs by problem size.
 std::vector<KernelDescriptor> sm90_kernel_rules() {
   return {
+      {"sm90_f16_gemm1x1_128x128_coop_relu", cuda_targets(), f16_gemm1x1_relu, kSm, kSm},
+      {"sm90_bf16_gemm1x1_128x128_coop_relu", cuda_targets(), bf16_gemm1x1_relu, kSm, kSm},
+      {"sm90_f16_gemm1x1_128x128_coop_silu", cuda_targets(), f16_gemm1x1_silu, kSm, kSm},
+      {"sm90_bf16_gemm1x1_128x128_coop_silu", cuda_targets(), bf16_gemm1x1_silu, kSm, kSm},
+      {"sm90_f16_gemm1x1_256x128_coop_relu", cuda_targets(), f16_gemm1x1_relu, kSm, kSm, prefer_gemm_256x128},
+      {"sm90_bf16_gemm1x1_256x128_coop_relu", cuda_targets(), bf16_gemm1x1_relu, kSm, kSm, prefer_gemm_256x128},
+      {"sm90_f16_gemm1x1_256x128_coop_silu", cuda_targets(), f16_gemm1x1_silu, kSm, kSm, prefer_gemm_256x128},
+      {"sm90_bf16_gemm1x1_256x128_coop_silu", cuda_targets(), bf16_gemm1x1_silu, kSm, kSm, prefer_gemm_256x128},
       {"sm90_f16_gemm1x1_128x128_coop", cuda_targets(), f16_gemm1x1, kSm, kSm},
       {"sm90_bf16_gemm1x1_128x128_coop", cuda_targets(), bf16_gemm1x1, kSm, kSm},
       {"sm90_f16_gemm1x1_128x128_pingpong", cuda_targets(), f16_gemm1x1, kSm, kSm},
@@ -157,8 +214,18 @@ std::vector<KernelDescriptor> sm90_kernel_rules() {
       {"sm90_bf16_gemm1x1_128x128_streamk", cuda_targets(), bf16_gemm1x1, kSm, kSm},
       {"sm90_f16_gemm1x1_128x64_pingpong", cuda_targets(), f16_gemm1x1, kSm, kSm},
       {"sm90_bf16_gemm1x1_128x64_pingpong", cuda_targets(), bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c1x1_pingpong", cuda_targets(), f16_conv_n64, kSm, kSm, prefer_conv_pingpong},
-      {"sm90_bf16_conv_128x64x64_c1x1_pingpong", cuda_targets(), bf16_conv_n64, kSm, kSm, prefer_conv_pingpong},
+      {"sm90_f16_conv_128x64x64_c1x1_pingpong_relu", cuda_targets(), f16_conv_n64_relu, kSm, kSm},
+      {"sm90_bf16_conv_128x64x64_c1x1_pingpong_relu", cuda_targets(), bf16_conv_n64_relu, kSm, kSm},
+      {"sm90_f16_conv_128x64x64_c1x1_pingpong_silu", cuda_targets(), f16_conv_n64_silu, kSm, kSm},
+      {"sm90_bf16_conv_128x64x64_c1x1_pingpong_silu", cuda_targets(), bf16_conv_n64_silu, kSm, kSm},
+      {"sm90_f16_conv_128x64x64_c1x1_pingpong", cuda_targets(), f16_conv_n64, kSm, kSm},
+      {"sm90_bf16_conv_128x64x64_c1x1_pingpong", cuda_targets(), bf16_conv_n64, kSm, kSm},
+      {"sm90_f16_conv_64x64x64_c1x1_2cta_relu", cuda_targets(), f16_conv_n64_relu, kSm, kSm, prefer_conv_64x64},
+      {"sm90_bf16_conv_64x64x64_c1x1_2cta_relu", cuda_targets(), bf16_conv_n64_relu, kSm, kSm, prefer_conv_64x64},
+      {"sm90_f16_conv_64x64x64_c1x1_2cta_silu", cuda_targets(), f16_conv_n64_silu, kSm, kSm, prefer_conv_64x64},
+      {"sm90_bf16_conv_64x64x64_c1x1_2cta_silu", cuda_targets(), bf16_conv_n64_silu, kSm, kSm, prefer_conv_64x64},
+      {"sm90_f16_conv_128x128x64_c1x1_pingpong_silu", cuda_targets(), f16_conv_n128_silu, kSm, kSm},
+      {"sm90_bf16_conv_128x128x64_c1x1_pingpong_silu", cuda_targets(), bf16_conv_n128_silu, kSm, kSm},
       {"sm90_f16_conv_128x128x64_c1x1_pingpong", cuda_targets(), f16_conv_n128, kSm, kSm},
       {"sm90_bf16_conv_128x128x64_c1x1_pingpong", cuda_targets(), bf16_conv_n128, kSm, kSm},
       {"sm90_f16_conv_128x32x32_c1x1_pingpong", cuda_targets(), f16_conv_n32, kSm, kSm},
@@ -169,6 +236,8 @@ std::vector<KernelDescriptor> sm90_kernel_rules() {
       {"sm90_bf16_conv_128x64x64_c2x1", cuda_targets(), bf16_conv_n64, kSm, kSm, prefer_conv_1cta},
       {"sm90_f16_conv_128x128x64_c1x1", cuda_targets(), f16_conv_n128, kSm, kSm},
       {"sm90_bf16_conv_128x128x64_c1x1", cuda_targets(), bf16_conv_n128, kSm, kSm},
+      {"sm90_f16_conv_128x32x32_c2x1_2cta_relu", cuda_targets(), f16_conv_n32_relu, kSm, kSm, prefer_conv_128x32},
+      {"sm90_bf16_conv_128x32x32_c2x1_2cta_relu", cuda_targets(), bf16_conv_n32_relu, kSm, kSm, prefer_conv_128x32},
       {"sm90_f16_conv_128x32x32_c2x1_2cta", cuda_targets(), f16_conv_n32, kSm, kSm, prefer_conv_128x32},
       {"sm90_bf16_conv_128x32x32_c2x1_2cta", cuda_targets(), bf16_conv_n32, kSm, kSm, prefer_conv_128x32},
   };

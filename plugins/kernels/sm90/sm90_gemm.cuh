@@ -28,9 +28,13 @@ struct Pingpong {
 // cutlass::gemm::StreamKScheduler = stream-K / split-K chosen by CUTLASS's heuristic per problem, for
 // problems with fewer output tiles than SMs and a long K loop (batch 1: M = 49..400 rows,
 // C = 512..2048), where the data-parallel grid leaves most SMs idle. Its partial sums are reduced
-// in the workspace before the fused epilogue runs, so the epilogue sees full accumulators.
+// in the workspace before the fused epilogue runs, so the epilogue sees full accumulators. (A 128x64
+// split-K instance with our own split count never won a layer of the five models on the H200, where
+// the 64-row convs took the batch-1 1x1s, and was dropped.)
+// Acts: the activations the epilogue carries (sm90_common.cuh). EpiTile: the sub-tile the epilogue
+// stores at a time; 128x64 beat CUTLASS's auto 128x32 (half the barriers per tile: r50.s1.1x1up 40.7 -> 36.6 µs).
 template <DType kDType, class Tile, class Cluster, class Schedule, class Scheduler = void,
-          class Acts = AnyActivation>
+          class Acts = AnyActivation, class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto>
 struct GemmConfig {
   using Element = typename ElementOf<kDType>::type;
   using LayoutA = cutlass::layout::RowMajor;     // X [M, C]
@@ -38,8 +42,7 @@ struct GemmConfig {
   using LayoutC = cutlass::layout::RowMajor;     // Y, Z [M, K]
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, EpiTile, ElementAcc, ElementCompute,
       Element, LayoutC, kAlign16, Element, LayoutC, kAlign16,
       typename Schedule::Epilogue, FusedEvt<Tile, Element, Acts>>::CollectiveOp;
 
@@ -88,6 +91,10 @@ struct GemmConfig {
     if (p.R != 1 || p.S != 1 || a.stride_h != 1 || a.stride_w != 1 || a.pad_top || a.pad_left || a.pad_bottom ||
         a.pad_right || a.group != 1)
       return Status::Error(std::string(name) + ": not a 1x1, stride-1, unpadded, group-1 conv");
+    if (!Acts::contains(a.activation.kind))
+      return Status::Error(std::string(name) + ": activation " +
+                           activation_table()[static_cast<size_t>(a.activation.kind)].name +
+                           " is not in this kernel's epilogue");
     EPIFUSE_RETURN_IF_ERROR(check_pointers(name, p, t));
     return run_op<Op>(name, arguments(p, t), workspace, workspace_bytes, stream,
                       [&](Op& op) { return op.run(stream, nullptr, launch_with_pdl()); });

@@ -6,28 +6,48 @@ if(has_sm90a)
   set(sm90_dir ${CMAKE_CURRENT_LIST_DIR})
   add_library(epifuse_sm90 OBJECT
     ${sm90_dir}/table.cu
-    ${sm90_dir}/gemm1x1_128x128_pingpong_f16.cu
-    ${sm90_dir}/gemm1x1_128x128_pingpong_bf16.cu
+    ${sm90_dir}/gemm1x1_256x128_coop_relu_f16.cu
+    ${sm90_dir}/gemm1x1_256x128_coop_relu_bf16.cu
+    ${sm90_dir}/gemm1x1_256x128_coop_silu_f16.cu
+    ${sm90_dir}/gemm1x1_256x128_coop_silu_bf16.cu
+    ${sm90_dir}/gemm1x1_128x128_coop_relu_f16.cu
+    ${sm90_dir}/gemm1x1_128x128_coop_relu_bf16.cu
+    ${sm90_dir}/gemm1x1_128x128_coop_silu_f16.cu
+    ${sm90_dir}/gemm1x1_128x128_coop_silu_bf16.cu
     ${sm90_dir}/gemm1x1_128x128_coop_f16.cu
     ${sm90_dir}/gemm1x1_128x128_coop_bf16.cu
+    ${sm90_dir}/gemm1x1_128x128_pingpong_f16.cu
+    ${sm90_dir}/gemm1x1_128x128_pingpong_bf16.cu
     ${sm90_dir}/gemm1x1_128x128_streamk_f16.cu
     ${sm90_dir}/gemm1x1_128x128_streamk_bf16.cu
     ${sm90_dir}/gemm1x1_128x64_pingpong_f16.cu
     ${sm90_dir}/gemm1x1_128x64_pingpong_bf16.cu
-    ${sm90_dir}/conv_128x128x64_c1x1_f16.cu
-    ${sm90_dir}/conv_128x128x64_c1x1_bf16.cu
-    ${sm90_dir}/conv_128x64x64_c2x1_f16.cu
-    ${sm90_dir}/conv_128x64x64_c2x1_bf16.cu
-    ${sm90_dir}/conv_128x64x64_c2x1_2cta_f16.cu
-    ${sm90_dir}/conv_128x64x64_c2x1_2cta_bf16.cu
-    ${sm90_dir}/conv_128x32x32_c2x1_2cta_f16.cu
-    ${sm90_dir}/conv_128x32x32_c2x1_2cta_bf16.cu
+    ${sm90_dir}/conv_64x64x64_c1x1_2cta_relu_f16.cu
+    ${sm90_dir}/conv_64x64x64_c1x1_2cta_relu_bf16.cu
+    ${sm90_dir}/conv_64x64x64_c1x1_2cta_silu_f16.cu
+    ${sm90_dir}/conv_64x64x64_c1x1_2cta_silu_bf16.cu
+    ${sm90_dir}/conv_128x64x64_c1x1_pingpong_relu_f16.cu
+    ${sm90_dir}/conv_128x64x64_c1x1_pingpong_relu_bf16.cu
+    ${sm90_dir}/conv_128x64x64_c1x1_pingpong_silu_f16.cu
+    ${sm90_dir}/conv_128x64x64_c1x1_pingpong_silu_bf16.cu
     ${sm90_dir}/conv_128x64x64_c1x1_pingpong_f16.cu
     ${sm90_dir}/conv_128x64x64_c1x1_pingpong_bf16.cu
+    ${sm90_dir}/conv_128x128x64_c1x1_pingpong_silu_f16.cu
+    ${sm90_dir}/conv_128x128x64_c1x1_pingpong_silu_bf16.cu
     ${sm90_dir}/conv_128x128x64_c1x1_pingpong_f16.cu
     ${sm90_dir}/conv_128x128x64_c1x1_pingpong_bf16.cu
     ${sm90_dir}/conv_128x32x32_c1x1_pingpong_f16.cu
-    ${sm90_dir}/conv_128x32x32_c1x1_pingpong_bf16.cu)
+    ${sm90_dir}/conv_128x32x32_c1x1_pingpong_bf16.cu
+    ${sm90_dir}/conv_128x64x64_c2x1_2cta_f16.cu
+    ${sm90_dir}/conv_128x64x64_c2x1_2cta_bf16.cu
+    ${sm90_dir}/conv_128x64x64_c2x1_f16.cu
+    ${sm90_dir}/conv_128x64x64_c2x1_bf16.cu
+    ${sm90_dir}/conv_128x128x64_c1x1_f16.cu
+    ${sm90_dir}/conv_128x128x64_c1x1_bf16.cu
+    ${sm90_dir}/conv_128x32x32_c2x1_2cta_relu_f16.cu
+    ${sm90_dir}/conv_128x32x32_c2x1_2cta_relu_bf16.cu
+    ${sm90_dir}/conv_128x32x32_c2x1_2cta_f16.cu
+    ${sm90_dir}/conv_128x32x32_c2x1_2cta_bf16.cu)
   set_target_properties(epifuse_sm90 PROPERTIES CUDA_ARCHITECTURES OFF POSITION_INDEPENDENT_CODE ON)
   # CUTLASS_ENABLE_GDC_FOR_SM90: the GEMM kernels' griddepcontrol waits for programmatic dependent
   # launch (EPIFUSE_PDL=1); no-ops for an ordinary launch.
