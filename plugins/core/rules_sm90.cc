@@ -97,14 +97,17 @@ bool conv_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
   return true;
 }
 
-// The _relu and _silu GEMMs' epilogues carry Identity and one activation (sm90_common.cuh: ActivationSet).
+// The _relu and _silu kernels' epilogues carry Identity and one activation (sm90_common.cuh: ActivationSet).
+bool identity_or(const ConvProblem& p, ActivationKind act, std::string* why) {
+  const ActivationKind k = p.attr.activation.kind;
+  if (k == ActivationKind::kIdentity || k == act) return true;
+  return reject(why, std::string("activation ") + activation_table()[static_cast<size_t>(k)].name +
+                         " not in the epilogue (identity, " + activation_table()[static_cast<size_t>(act)].name + ")");
+}
+
 template <ActivationKind kAct>
 bool gemm1x1_with(const ConvProblem& p, DType dtype, std::string* why) {
-  const ActivationKind k = p.attr.activation.kind;
-  if (k != ActivationKind::kIdentity && k != kAct)
-    return reject(why, std::string("activation ") + activation_table()[static_cast<size_t>(k)].name +
-                           " not in the epilogue (identity, " + activation_table()[static_cast<size_t>(kAct)].name + ")");
-  return gemm1x1_can_implement(p, dtype, why);
+  return identity_or(p, kAct, why) && gemm1x1_can_implement(p, dtype, why);
 }
 
 bool f16_gemm1x1_relu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kRelu>(p, DType::kFloat16, why); }
@@ -115,11 +118,7 @@ bool f16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_im
 bool bf16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_implement(p, DType::kBFloat16, why); }
 template <int kTileN, ActivationKind kAct>
 bool conv_with(const ConvProblem& p, DType dtype, std::string* why) {
-  const ActivationKind k = p.attr.activation.kind;
-  if (k != ActivationKind::kIdentity && k != kAct)
-    return reject(why, std::string("activation ") + activation_table()[static_cast<size_t>(k)].name +
-                           " not in the epilogue (identity, " + activation_table()[static_cast<size_t>(kAct)].name + ")");
-  return conv_can_implement<kTileN>(p, dtype, why);
+  return identity_or(p, kAct, why) && conv_can_implement<kTileN>(p, dtype, why);
 }
 #define EPIFUSE_CONV_WITH(N, ACT, Act)                                                                      \
   bool f16_conv_n##N##_##ACT(const ConvProblem& p, std::string* why) {                                    \

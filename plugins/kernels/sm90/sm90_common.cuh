@@ -296,6 +296,15 @@ inline Status check_pointers(const char* kernel, const ConvProblem& p, const Ten
   return Status::Ok();
 }
 
+// The node's activation must be one the kernel's epilogue carries (Acts: AnyActivation, ActivationSet).
+template <class Acts>
+Status check_activation(const char* kernel, const ConvProblem& p) {
+  const ActivationKind k = p.attr.activation.kind;
+  if (Acts::contains(k)) return Status::Ok();
+  return Status::Error(std::string(kernel) + ": activation " + activation_table()[static_cast<size_t>(k)].name +
+                       " is not in this kernel's epilogue");
+}
+
 inline Status check_cutlass(const char* kernel, const char* step, cutlass::Status s) {
   if (s == cutlass::Status::kSuccess) return Status::Ok();
   return Status::Error(std::string(kernel) + ": CUTLASS " + step + ": " + cutlass::cutlassGetStatusString(s));

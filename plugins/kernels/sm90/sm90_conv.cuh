@@ -113,10 +113,7 @@ struct ConvConfig {
                        size_t workspace_bytes, cudaStream_t stream) {
     if (p.dtype != kDType) return Status::Error(std::string(name) + ": wrong dtype " + dtype_name(p.dtype));
     if (p.attr.group != 1) return Status::Error(std::string(name) + ": group must be 1");
-    if (!Acts::contains(p.attr.activation.kind))
-      return Status::Error(std::string(name) + ": activation " +
-                           activation_table()[static_cast<size_t>(p.attr.activation.kind)].name +
-                           " is not in this kernel's epilogue");
+    EPIFUSE_RETURN_IF_ERROR(check_activation<Acts>(name, p));
     EPIFUSE_RETURN_IF_ERROR(check_pointers(name, p, t));
     return run_op<Op>(name, arguments(p, t), workspace, workspace_bytes, stream, [&](Op& op) {
       if (!launch_with_pdl()) return op.run(stream);

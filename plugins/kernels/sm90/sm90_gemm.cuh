@@ -91,10 +91,7 @@ struct GemmConfig {
     if (p.R != 1 || p.S != 1 || a.stride_h != 1 || a.stride_w != 1 || a.pad_top || a.pad_left || a.pad_bottom ||
         a.pad_right || a.group != 1)
       return Status::Error(std::string(name) + ": not a 1x1, stride-1, unpadded, group-1 conv");
-    if (!Acts::contains(a.activation.kind))
-      return Status::Error(std::string(name) + ": activation " +
-                           activation_table()[static_cast<size_t>(a.activation.kind)].name +
-                           " is not in this kernel's epilogue");
+    EPIFUSE_RETURN_IF_ERROR(check_activation<Acts>(name, p));
     EPIFUSE_RETURN_IF_ERROR(check_pointers(name, p, t));
     return run_op<Op>(name, arguments(p, t), workspace, workspace_bytes, stream,
                       [&](Op& op) { return op.run(stream, nullptr, launch_with_pdl()); });
