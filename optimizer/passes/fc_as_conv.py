@@ -50,11 +50,11 @@ def fc_as_conv(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
         w, bias = found
         x, y = node.inputs[0], node.outputs[0]
         base = node.name or "fc"
-        k, c = w.shape[0], w.shape[1]
-        image = make_variable(graph, f"{base}_image", x.dtype, [shape_of(x)[0], c, 1, 1])
-        conv_out = make_variable(graph, f"{base}_conv", y.dtype, [shape_of(x)[0], k, 1, 1])
+        k, c, n = w.shape[0], w.shape[1], shape_of(x)[0]
+        image = make_variable(graph, f"{base}_image", x.dtype, [n, c, 1, 1])
+        conv_out = make_variable(graph, f"{base}_conv", y.dtype, [n, k, 1, 1])
         rows = make_variable(graph, f"{base}_rows", y.dtype, shape_of(y))
-        inputs = [image, make_constant(graph, f"{base}_W", w.astype(constant_value(node.inputs[1]).dtype))]
+        inputs = [image, make_constant(graph, f"{base}_W", w)]  # W keeps B's dtype
         if bias is not None:
             inputs.append(make_constant(graph, f"{base}_B", bias))
         graph.nodes += [
