@@ -120,6 +120,15 @@ def cuda_session(model_bytes, batch, size, *, library, **provider_options):
     return sess, x
 
 
+def bound_session(model_bytes, batch, size, *, library, **provider_options):
+    """cuda_session with its IO bound: the random input, outputs left to ORT on the device."""
+    sess, x = cuda_session(model_bytes, batch, size, library=library, **provider_options)
+    binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, {})
+    for o in sess.get_outputs():
+        binding.bind_output(o.name, "cuda")
+    return sess, binding
+
+
 def ort_ms(model_bytes, batch, out_shapes, *, library, prefer_nhwc, size=224) -> float:
     sess, x = cuda_session(model_bytes, batch, size, library=library, cuda_graph=True, prefer_nhwc=prefer_nhwc)
     outputs = {o.name: torch.empty(batch, *shape, device="cuda", dtype=TORCH_TYPES[o.type])
@@ -159,10 +168,7 @@ def profiled(fn, runs=5, top=40) -> str:
 
 def kernel_profile(model_bytes, batch, *, library, prefer_nhwc, size=224) -> str:
     """Where an ORT run's time goes (CUDA graph off), including ORT's own nodes and copies."""
-    sess, x = cuda_session(model_bytes, batch, size, library=library, prefer_nhwc=prefer_nhwc)
-    binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, {})
-    for o in sess.get_outputs():
-        binding.bind_output(o.name, "cuda")
+    sess, binding = bound_session(model_bytes, batch, size, library=library, prefer_nhwc=prefer_nhwc)
     return profiled(lambda: sess.run_with_iobinding(binding))
 
 
@@ -184,10 +190,7 @@ def timeline(model_bytes, batch, *, library, prefer_nhwc, size=224, runs=3) -> s
 
     from torch.profiler import ProfilerActivity, profile
 
-    sess, x = cuda_session(model_bytes, batch, size, library=library, cuda_graph=True, prefer_nhwc=prefer_nhwc)
-    binding = bind_torch(sess, {sess.get_inputs()[0].name: x}, {})
-    for o in sess.get_outputs():
-        binding.bind_output(o.name, "cuda")
+    sess, binding = bound_session(model_bytes, batch, size, library=library, cuda_graph=True, prefer_nhwc=prefer_nhwc)
     for _ in range(3):
         sess.run_with_iobinding(binding)
     torch.cuda.synchronize()
@@ -281,21 +284,18 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
         row["vs torch"] = torch_best / row["epifuse"] if torch_best < math.inf else float("nan")
         rows.append(row)
         print(row, flush=True)
-        if args.timeline:
+        # ORT on the original (prefer_nhwc on) and epifuse (its better prefer_nhwc setting)
+        views = [(title, view) for flag, title, view in ((args.timeline, "CUDA-graph timeline", timeline),
+                                                           (args.profile, "5 runs", kernel_profile)) if flag]
+        for title, view in views:
             for label, data, library in (("ort", original, False), ("epifuse", optimized, True)):
-                print(f"--- {name} batch {batch}: {label}, CUDA-graph timeline\n"
-                      + timeline(data.SerializeToString(), batch, library=library, size=size,
-                                 prefer_nhwc=not library or row["epifuse nhwc=1"] < row["epifuse nhwc=0"]),
+                print(f"--- {name} batch {batch}: {label}, {title}\n"
+                      + view(data.SerializeToString(), batch, library=library, size=size,
+                             prefer_nhwc=not library or row["epifuse nhwc=1"] < row["epifuse nhwc=0"]),
                       flush=True)
-        if args.profile:
-            for label, data, library in (("ort", original, False), ("epifuse", optimized, True)):
-                print(f"--- {name} batch {batch}: {label}, 5 runs\n"
-                      + kernel_profile(data.SerializeToString(), batch, library=library, size=size,
-                                       prefer_nhwc=not library or row["epifuse nhwc=1"] < row["epifuse nhwc=0"]),
-                      flush=True)
-            if model is not None:  # or_nan: a failed compile prints its reason and NaN
-                print(f"--- {name} batch {batch}: torch.compile (default mode), 5 runs\n"
-                      f"{or_nan(inductor_profile, model, batch, size)}", flush=True)
+        if args.profile and model is not None:  # or_nan: a failed compile prints its reason and NaN
+            print(f"--- {name} batch {batch}: torch.compile (default mode), 5 runs\n"
+                  f"{or_nan(inductor_profile, model, batch, size)}", flush=True)
     return rows
 
 
