@@ -276,6 +276,8 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
             row["epifuse pdl"] = ort_ms(optimized.SerializeToString(), batch, out_shapes, library=True,
                                         prefer_nhwc=row["epifuse nhwc=1"] < row["epifuse nhwc=0"], size=size)
             del os.environ["EPIFUSE_PDL"]
+        # printed before the torch columns: a call cut short by max-autotune's minutes keeps these
+        print(f"{name} batch {batch}: ort best {row['ort best']:.3f} ms, epifuse {row['epifuse']:.3f} ms", flush=True)
         row["torch eager"] = or_nan(eager_graph_ms, model, batch, size) if model is not None else float("nan")
         row["torch.compile"] = or_nan(compiled_ms, model, batch, size) if args.compile and model is not None \
             else float("nan")
