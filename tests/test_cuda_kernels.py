@@ -98,7 +98,11 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (2, 14, 14, 96, 96, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 96),   # ConvNeXt 7x7
     (1, 10, 10, 8, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 8),     # depthwise multiplier 2
     (2, 13, 13, 32, 32, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 32),   # depthwise dilated
-    (1, 23, 29, 64, 64, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 64),   # depthwise 7x7 strip path
+    (1, 23, 29, 64, 64, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 64),   # depthwise 7x7, tile path (small grid)
+    (4, 56, 57, 80, 80, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 80),   # depthwise 7x7, wide tiles, last column tile partial
+    (8, 33, 30, 64, 64, 3, 3, (1, 1), (0, 1, 2, 1), (1, 1), 64),   # depthwise 3x3, wide tiles, asymmetric pads
+    (2, 19, 37, 24, 24, 5, 5, (1, 1), (1, 3, 3, 1), (1, 1), 24),   # depthwise 5x5, C = 24: half a channel slice
+    (1, 23, 29, 64, 64, 7, 7, (2, 2), (3, 3, 3, 3), (1, 1), 64),   # depthwise 7x7 s2, strip path
     (2, 17, 16, 40, 40, 3, 3, (2, 2), (0, 1, 1, 0), (1, 1), 40),   # depthwise s2 asymmetric pads
     (1, 9, 9, 1032, 1032, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1032),  # depthwise C > 512: channel split
     (1, 9, 11, 10, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 10),    # depthwise C % 4 != 0: fallback
@@ -127,6 +131,8 @@ def test_activations_and_residuals(dtype, act, residual):
     _run_all(dtype, 2, 12, 10, 64, 64, 3, 3, pads=(1, 1, 1, 1), act=act, params=params, residual=residual)
     _run_all(dtype, 2, 8, 8, 64, 128, 1, 1, act=act, params=params, residual=residual, seed=1)
     _run_all(dtype, 3, 1, 1, 40, 24, 1, 1, act=act, params=params, residual=residual, seed=2)  # gemv
+    _run_all(dtype, 2, 10, 12, 32, 32, 3, 3, pads=(1, 1, 1, 1), group=32, act=act, params=params,  # depthwise tile
+             residual=residual, seed=3)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -141,6 +147,7 @@ def test_persistent_kernels_with_residual(dtype, residual):
 def test_residual_depthwise_and_fp32(residual):
     _run_all("float32", 2, 9, 9, 16, 16, 3, 3, pads=(1, 1, 1, 1), group=16, residual=residual, act="relu")
     _run_all("float16", 1, 9, 9, 16, 32, 3, 3, pads=(1, 1, 1, 1), residual=residual, act="mish")
+    _run_all("bfloat16", 2, 14, 15, 96, 96, 7, 7, pads=(3, 3, 3, 3), group=96, residual=residual, act="silu")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
