@@ -1,6 +1,6 @@
 """One conv layer, launched a few times, for Nsight Compute: ours (any registry kernel) or cuDNN's.
 
-    python bench/ncu_layer.py N H W C K R [--stride S] [--pad P] [--kernel NAME | --cudnn] [--act silu]
+    python bench/ncu_layer.py N H W C K R [--stride S] [--pad P] [--groups G] [--kernel NAME | --cudnn] [--act silu]
 
 fp16, NHWC, square filter and stride, symmetric padding; random data. Meant to run under ncu, e.g.
 whether a 3x3 conv is bound by L2→SM traffic (docs/bench-kernels.md, fifth session):
@@ -36,6 +36,7 @@ def main() -> int:
         ap.add_argument(name, type=int)
     ap.add_argument("--stride", type=int, default=1)
     ap.add_argument("--pad", type=int, default=0)
+    ap.add_argument("--groups", type=int, default=1, help="C for a depthwise conv")
     ap.add_argument("--act", default="silu")
     ap.add_argument("--launches", type=int, default=4)
     who = ap.add_mutually_exclusive_group()
@@ -45,19 +46,19 @@ def main() -> int:
     p = (a.H + 2 * a.pad - a.R) // a.stride + 1
     q = (a.W + 2 * a.pad - a.R) // a.stride + 1
     x = torch.randn(a.N, a.H, a.W, a.C, device="cuda", dtype=torch.half)
-    w = torch.randn(a.K, a.R, a.R, a.C, device="cuda", dtype=torch.half) / math.sqrt(a.C * a.R * a.R)
+    w = torch.randn(a.K, a.R, a.R, a.C // a.groups, device="cuda", dtype=torch.half) / math.sqrt(a.C // a.groups * a.R * a.R)
     b = torch.randn(a.K, device="cuda", dtype=torch.half)
     y = torch.empty(a.N, p, q, a.K, device="cuda", dtype=torch.half)
     if a.cudnn:
         torch.backends.cudnn.benchmark = True
         xc, wc = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
-        F.conv2d(xc, wc, None, a.stride, a.pad)  # benchmark trials, before the profiled range
+        F.conv2d(xc, wc, None, a.stride, a.pad, 1, a.groups)  # benchmark trials, before the profiled range
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
         for _ in range(a.launches):
-            F.conv2d(xc, wc, None, a.stride, a.pad)
+            F.conv2d(xc, wc, None, a.stride, a.pad, 1, a.groups)
     else:
-        desc = ConvDesc(FLOAT16, a.N, a.H, a.W, a.C, a.K, a.R, a.R, 1, a.stride, a.stride, 1, 1,
+        desc = ConvDesc(FLOAT16, a.N, a.H, a.W, a.C, a.K, a.R, a.R, a.groups, a.stride, a.stride, 1, 1,
                         a.pad, a.pad, a.pad, a.pad, a.act, (), "none")
         kernel = a.kernel or cuda.kernels(desc)[0]
         ws = torch.empty(max(cuda.workspace_size(kernel, desc), 1), device="cuda", dtype=torch.uint8)
