@@ -3,7 +3,7 @@
 # 1x1 GEMM, SM80 aligned/3xTF32, channel padding, unaligned, depthwise tile (small and wide grids)
 # and strip, direct).
 #   EPIFUSE_LIB_DIR=<CUDA build> .ci/gpu_memcheck.sh
-# Last run: H200, 2026-11-30, 7 cases, "ERROR SUMMARY: 0 errors".
+# Last run: H200, 2026-12-01, 10 cases, "ERROR SUMMARY: 0 errors".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 compute-sanitizer --tool memcheck --error-exitcode 7 --print-limit 5 \
