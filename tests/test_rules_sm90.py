@@ -16,9 +16,9 @@ from optimizer import registry
 from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
 
 CUDA_TARGETS = ("ort-cuda", "tensorrt")
-# (name, the one activation besides identity its epilogue carries; None: all 14)
+# (name, the one activation besides identity its epilogue carries; None: all 14). "_nores": no residual.
 GEMM = (("gemm1x1_128x128_coop_relu", "relu"), ("gemm1x1_128x128_coop_silu", "silu"),
-        ("gemm1x1_256x128_coop_relu", "relu"), ("gemm1x1_256x128_coop_silu", "silu"), ("gemm1x1_128x128_coop", None),
+        ("gemm1x1_256x128_coop_relu", "relu"), ("gemm1x1_256x128_coop_silu_nores", "silu"), ("gemm1x1_128x128_coop", None),
         ("gemm1x1_128x128_pingpong", None), ("gemm1x1_128x128_streamk", None), ("gemm1x1_128x64_pingpong", None))
 # (name, N tile, the one activation besides identity its epilogue carries; None: all 14)
 CONV = (("conv_128x64x64_c1x1_pingpong_relu", 64, "relu"), ("conv_128x64x64_c1x1_pingpong_silu", 64, "silu"),
@@ -58,7 +58,8 @@ def expected(d: ConvDesc) -> list[str]:
     known_nhw = min(d.N, d.H, d.W) >= 0
     if (d.R, d.S, d.stride_h, d.stride_w, pads) == (1, 1, 1, 1, (0, 0, 0, 0)) and \
             not (known_nhw and d.N * d.H * d.W > INT32_MAX):
-        names += [f"sm90_{dt}_{g}" for g, act in GEMM if act is None or d.activation in ("identity", act)]
+        names += [f"sm90_{dt}_{g}" for g, act in GEMM if (act is None or d.activation in ("identity", act))
+                  and not (g.endswith("_nores") and d.residual != "none")]
     ok = max(d.stride_h, d.stride_w) <= 8 and all(0 <= p <= 256 for p in pads)
     ok &= d.pad_top <= 128 and d.pad_left <= 128
     for extent, dil, pad_end in ((d.R, d.dil_h, d.pad_bottom), (d.S, d.dil_w, d.pad_right)):
@@ -118,9 +119,9 @@ def test_expected_lists_are_what_the_brief_says():
     only = lambda names, drop: [n for n in names if not n.endswith(drop)]  # noqa: E731
     assert expected(ANCHORS["r50.s1.1x1up"]) == [  # identity: both kinds of two-activation kernels
         "sm90_f16_gemm1x1_128x128_coop_relu", "sm90_f16_gemm1x1_128x128_coop_silu", "sm90_f16_gemm1x1_256x128_coop_relu",
-        "sm90_f16_gemm1x1_256x128_coop_silu"] + gemms + convs
+        "sm90_f16_gemm1x1_256x128_coop_silu_nores"] + gemms + convs
     assert expected(dataclasses.replace(ANCHORS["r50.s1.1x1up"], activation="silu")) == [
-        "sm90_f16_gemm1x1_128x128_coop_silu", "sm90_f16_gemm1x1_256x128_coop_silu"] + gemms + only(convs, relu)
+        "sm90_f16_gemm1x1_128x128_coop_silu", "sm90_f16_gemm1x1_256x128_coop_silu_nores"] + gemms + only(convs, relu)
     assert expected(dataclasses.replace(ANCHORS["r50.s1.1x1up"], activation="relu")) == [
         "sm90_f16_gemm1x1_128x128_coop_relu", "sm90_f16_gemm1x1_256x128_coop_relu"] + gemms + only(convs, silu)
     assert expected(dataclasses.replace(ANCHORS["r50.s1.1x1up"], activation="hardswish")) == gemms + only(
@@ -166,7 +167,7 @@ PAD1 = dict(pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
     (f16((1, 80, 80, 64, 64), activation="hardswish", **PAD1), "conv_128x64x64_c1x1_pingpong"),
     (f16((-1, 56, 56, 64, 64), **PAD1), "conv_128x64x64_c1x1_pingpong_relu"),       # symbolic batch: registry order
     (ANCHORS["r50.s1.1x1up"], "gemm1x1_256x128_coop_relu"),                    # the GEMMs keep large 1x1s
-    (f16((32, 56, 56, 64, 256), r=1, activation="silu"), "gemm1x1_256x128_coop_silu"),
+    (f16((32, 56, 56, 64, 256), r=1, activation="silu"), "gemm1x1_256x128_coop_silu_nores"),
     (f16((32, 56, 56, 64, 256), r=1, activation="gelu"), "gemm1x1_128x128_coop"),  # all 14 activations
     (f16((32, 14, 14, 1024, 256), r=1), "gemm1x1_128x128_coop_relu"),          # 50 tiles of 256x128
     (f16((32, 7, 7, 512, 2048), r=1), "gemm1x1_256x128_coop_relu"),            # 112 tiles of 256x128

@@ -114,6 +114,12 @@ bool f16_gemm1x1_relu(const ConvProblem& p, std::string* why) { return gemm1x1_w
 bool bf16_gemm1x1_relu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kRelu>(p, DType::kBFloat16, why); }
 bool f16_gemm1x1_silu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kSilu>(p, DType::kFloat16, why); }
 bool bf16_gemm1x1_silu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kSilu>(p, DType::kBFloat16, why); }
+// The _nores kernels' epilogue has no residual input (sm90_gemm.cuh: NoResidual).
+bool no_residual(const ConvProblem& p, std::string* why) {
+  return p.attr.residual == Residual::kNone || reject(why, "residual in a kernel whose epilogue has no residual input");
+}
+bool f16_gemm1x1_silu_nores(const ConvProblem& p, std::string* why) { return no_residual(p, why) && f16_gemm1x1_silu(p, why); }
+bool bf16_gemm1x1_silu_nores(const ConvProblem& p, std::string* why) { return no_residual(p, why) && bf16_gemm1x1_silu(p, why); }
 bool f16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_implement(p, DType::kFloat16, why); }
 bool bf16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_implement(p, DType::kBFloat16, why); }
 template <int kTileN, ActivationKind kAct>
@@ -203,8 +209,8 @@ std::vector<KernelDescriptor> sm90_kernel_rules() {
       {"sm90_bf16_gemm1x1_128x128_coop_silu", cuda_targets(), bf16_gemm1x1_silu, kSm, kSm},
       {"sm90_f16_gemm1x1_256x128_coop_relu", cuda_targets(), f16_gemm1x1_relu, kSm, kSm, prefer_gemm_256x128},
       {"sm90_bf16_gemm1x1_256x128_coop_relu", cuda_targets(), bf16_gemm1x1_relu, kSm, kSm, prefer_gemm_256x128},
-      {"sm90_f16_gemm1x1_256x128_coop_silu", cuda_targets(), f16_gemm1x1_silu, kSm, kSm, prefer_gemm_256x128},
-      {"sm90_bf16_gemm1x1_256x128_coop_silu", cuda_targets(), bf16_gemm1x1_silu, kSm, kSm, prefer_gemm_256x128},
+      {"sm90_f16_gemm1x1_256x128_coop_silu_nores", cuda_targets(), f16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_256x128},
+      {"sm90_bf16_gemm1x1_256x128_coop_silu_nores", cuda_targets(), bf16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_256x128},
       {"sm90_f16_gemm1x1_128x128_coop", cuda_targets(), f16_gemm1x1, kSm, kSm},
       {"sm90_bf16_gemm1x1_128x128_coop", cuda_targets(), bf16_gemm1x1, kSm, kSm},
       {"sm90_f16_gemm1x1_128x128_pingpong", cuda_targets(), f16_gemm1x1, kSm, kSm},

@@ -266,6 +266,47 @@ using FusedEvt = cutlass::epilogue::fusion::Sm90EVT<
                                                 cute::Stride<cute::_0, cute::_1, int64_t>, kAlign16>,
     ResidualFetch<ElementOut>>;
 
+// The tree without the residual: D = act(acc + bias[k]). With it the epilogue has no C operand
+// (ElementC = void), so CUTLASS allocates no C buffers and delays each TMA store by one sub-tile
+// (DelayTmaStore), overlapping it with the next sub-tile's math: for the memory-bound 1x1 GEMMs.
+template <class T, class Acts>
+struct BiasActFn {
+  using Arguments = Epilogue;
+  CUTLASS_DEVICE T operator()(T const& acc, T const& bias, Arguments const& e) const { return e(acc, bias, 0.f); }
+};
+template <int N, class Acts>
+struct BiasActFn<cutlass::Array<float, N>, Acts> {
+  using Arguments = Epilogue;
+  using Frag = cutlass::Array<float, N>;
+  CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& bias, Arguments const& e) const {
+    return Acts::dispatch(e.activation, [&](auto act) {
+      Frag out;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i]);
+      return out;
+    });
+  }
+};
+template <class Acts>
+struct BiasActFnOf {
+  template <class T>
+  using Fn = BiasActFn<T, Acts>;
+};
+template <class CtaTile, class ElementOut, class Acts>
+using BiasActEvt = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<BiasActFnOf<Acts>::template Fn, ElementOut, ElementCompute,
+                                           cutlass::FloatRoundStyle::round_to_nearest>,
+    cutlass::epilogue::fusion::Sm90AccFetch,
+    cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTile, ElementOut, ElementCompute,
+                                                cute::Stride<cute::_0, cute::_1, int64_t>, kAlign16>>;
+template <class Evt, class ElementOut>
+typename Evt::Arguments bias_act_evt_arguments(const ConvProblem& p, const Tensors& t) {
+  return typename Evt::Arguments{
+      {},                                                        // acc
+      {static_cast<ElementOut const*>(t.b), ElementOut(0), {}},  // bias[k]
+      Epilogue::of(p)};                                          // act
+}
+
 // Runtime arguments of FusedEvt (children in order, then the node's own).
 template <class Evt, class ElementOut>
 typename Evt::Arguments fused_evt_arguments(const ConvProblem& p, const Tensors& t) {

@@ -5,6 +5,8 @@
 //   of a 1x1 conv is a row-major [K, C] matrix = a column-major [C, K] B operand; Y, Z row-major [M, K]).
 // Dilation does not matter when R = S = 1. One instantiation per .cu file (SM90_GEMM_KERNEL).
 #pragma once
+#include <type_traits>
+
 #include "sm90_common.cuh"
 
 #include "cutlass/gemm/dispatch_policy.hpp"
@@ -31,20 +33,47 @@ struct Pingpong {
 // in the workspace before the fused epilogue runs, so the epilogue sees full accumulators. (A 128x64
 // split-K instance with our own split count never won a layer of the five models on the H200, where
 // the 64-row convs took the batch-1 1x1s, and was dropped.)
+// Whether the epilogue reads a residual Z (FusedEvt) or has no C operand at all (BiasActEvt: no C
+// buffers, TMA stores delayed by one sub-tile); the latter serves only problems without a residual.
+struct WithResidual {
+  static constexpr bool kResidual = true;
+};
+struct NoResidual {
+  static constexpr bool kResidual = false;
+};
+
 // Acts: the activations the epilogue carries (sm90_common.cuh). EpiTile: the sub-tile the epilogue
 // stores at a time; 128x64 beat CUTLASS's auto 128x32 (half the barriers per tile: r50.s1.1x1up 40.7 -> 36.6 µs).
+// kStoreStages: 0 = CUTLASS's epilogue policy (2 store buffers; with a residual the D buffers reuse
+// C's and only one TMA store is in flight while the next sub-tile is written); N > 0 = N buffers of
+// their own, N - 1 stores in flight (needs a concrete EpiTile).
 template <DType kDType, class Tile, class Cluster, class Schedule, class Scheduler = void,
-          class Acts = AnyActivation, class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto>
+          class Acts = AnyActivation, class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto,
+          class Source = WithResidual, int kStoreStages = 0>
 struct GemmConfig {
+  static constexpr bool kResidual = Source::kResidual;
   using Element = typename ElementOf<kDType>::type;
+  using ElementC = std::conditional_t<kResidual, Element, void>;
+  using Evt = std::conditional_t<kResidual, FusedEvt<Tile, Element, Acts>, BiasActEvt<Tile, Element, Acts>>;
   using LayoutA = cutlass::layout::RowMajor;     // X [M, C]
   using LayoutB = cutlass::layout::ColumnMajor;  // W [K, C] row-major == B [C, K] column-major
   using LayoutC = cutlass::layout::RowMajor;     // Y, Z [M, K]
 
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, EpiTile, ElementAcc, ElementCompute,
-      Element, LayoutC, kAlign16, Element, LayoutC, kAlign16,
-      typename Schedule::Epilogue, FusedEvt<Tile, Element, Acts>>::CollectiveOp;
+  struct BuiltEpilogue {
+    using type = typename cutlass::epilogue::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, EpiTile, ElementAcc, ElementCompute,
+        ElementC, LayoutC, kAlign16, Element, LayoutC, kAlign16, typename Schedule::Epilogue, Evt>::CollectiveOp;
+  };
+  struct StagedEpilogue {
+    static constexpr int kThreads = std::is_same_v<Schedule, Cooperative> ? 256 : 128;
+    using Policy = cutlass::epilogue::Sm90TmaWarpSpecialized<kStoreStages, kStoreStages,
+                                                             int(cute::size(EpiTile{})) / kThreads,
+                                                             /*ReuseSmemC=*/false, /*DelayTmaStore=*/!kResidual>;
+    using type = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
+        Tile, EpiTile, ElementAcc, ElementCompute, ElementC, LayoutC, kAlign16, Element, LayoutC, kAlign16, Evt,
+        Policy>::CollectiveOp;
+  };
+  using Epilogue = typename std::conditional_t<kStoreStages == 0, BuiltEpilogue, StagedEpilogue>::type;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -63,16 +92,21 @@ struct GemmConfig {
     auto dC = cutlass::make_cute_packed_stride(typename Kernel::StrideC{}, cute::make_shape(M, N, 1));
     auto dD = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(M, N, 1));
     auto* y = static_cast<Element*>(t.y);
-    // Without a residual C is never loaded (ResidualFetch); its TMA descriptor gets D's address.
-    const bool residual = p.attr.residual != Residual::kNone && t.z != nullptr;
-    auto const* c = residual ? static_cast<Element const*>(t.z) : y;
-    using Evt = typename Epilogue::FusionCallbacks;
-    return typename Op::Arguments{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {M, N, K, 1},
-        {static_cast<Element const*>(t.x), dA, static_cast<Element const*>(t.w), dB},
-        {fused_evt_arguments<Evt, Element>(p, t), c, dC, y, dD},
-        hardware_info()};
+    using Callbacks = typename Epilogue::FusionCallbacks;
+    typename Op::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                                {M, N, K, 1},
+                                {static_cast<Element const*>(t.x), dA, static_cast<Element const*>(t.w), dB},
+                                {},
+                                hardware_info()};
+    if constexpr (kResidual) {
+      // Without a residual C is never loaded (ResidualFetch); its TMA descriptor gets D's address.
+      const bool residual = p.attr.residual != Residual::kNone && t.z != nullptr;
+      auto const* c = residual ? static_cast<Element const*>(t.z) : y;
+      args.epilogue = {fused_evt_arguments<Callbacks, Element>(p, t), c, dC, y, dD};
+    } else {
+      args.epilogue = {bias_act_evt_arguments<Callbacks, Element>(p, t), nullptr, dC, y, dD};
+    }
+    return args;
   }
 
   static size_t workspace_size(const ConvProblem& p) {
@@ -91,6 +125,8 @@ struct GemmConfig {
     if (p.R != 1 || p.S != 1 || a.stride_h != 1 || a.stride_w != 1 || a.pad_top || a.pad_left || a.pad_bottom ||
         a.pad_right || a.group != 1)
       return Status::Error(std::string(name) + ": not a 1x1, stride-1, unpadded, group-1 conv");
+    if (!kResidual && a.residual != Residual::kNone)
+      return Status::Error(std::string(name) + ": this kernel's epilogue has no residual input");
     EPIFUSE_RETURN_IF_ERROR(check_activation<Acts>(name, p));
     EPIFUSE_RETURN_IF_ERROR(check_pointers(name, p, t));
     return run_op<Op>(name, arguments(p, t), workspace, workspace_bytes, stream,

@@ -7,8 +7,8 @@ namespace epifuse::cuda {
 #define EPIFUSE_SM90_KERNELS(X)                   \
   X(sm90_f16_gemm1x1_256x128_coop_relu)           \
   X(sm90_bf16_gemm1x1_256x128_coop_relu)          \
-  X(sm90_f16_gemm1x1_256x128_coop_silu)           \
-  X(sm90_bf16_gemm1x1_256x128_coop_silu)          \
+  X(sm90_f16_gemm1x1_256x128_coop_silu_nores)           \
+  X(sm90_bf16_gemm1x1_256x128_coop_silu_nores)          \
   X(sm90_f16_gemm1x1_128x128_coop_relu)           \
   X(sm90_bf16_gemm1x1_128x128_coop_relu)          \
   X(sm90_f16_gemm1x1_128x128_coop_silu)           \
