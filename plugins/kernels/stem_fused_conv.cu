@@ -44,7 +44,7 @@ struct Geometry {
   int columns_padded;  // the reduction: R*S taps rounded up to 4, times kStemChannels
   int patch_h, patch_w;
   int tiles_p, tiles_q;
-  int64_t tiles;  // k_blocks * N * tiles_p * tiles_q
+  int tiles;  // k_blocks * N * tiles_p * tiles_q (launch checks that it fits int32: cheap tile decoding)
 };
 
 // mma.sync m16n8k16 with fp32 accumulation, the operand type T's atom from CuTe.
@@ -91,15 +91,14 @@ struct Layout {
 // Blocks per SM the registers must allow: 64 accumulators per thread at kBlockN = 64 fit 4 blocks in
 // 128 registers; the narrower blocks have the registers for more.
 constexpr int min_blocks(int block_n) { return block_n == 64 ? 4 : 5; }
-constexpr int kBatch = 8;  // global loads in flight per thread while staging the filter
-constexpr int kPixelBatch = 4;  // patch pixels in flight per thread: up to 16 loads, twice the filter loop's
+constexpr int kBatch = 4;  // filter taps (up to 16 loads) in flight per thread while staging the filter
+constexpr int kPixelBatch = 4;  // patch pixels in flight per thread: up to 16 loads
 
 // The reduction runs over (tap, channel) with channels padded to kStemChannels = 4, in an order
 // chosen for the mma fragments: in k-step ks, logical column L holds tap 4*ks + (L % 8) / 2 and
 // channel (L / 8) * 2 + L % 2. A thread's A fragment columns {2q, 2q+1, 2q+8, 2q+9} are then the four
-// channels of one tap, which sit together in the patch: one 8-byte shared load per pixel row.
-__device__ __forceinline__ int column_tap(int column) { return column / 16 * 4 + column % 8 / 2; }
-__device__ __forceinline__ int column_channel(int column) { return column % 16 / 8 * 2 + column % 2; }
+// channels of one tap, which sit together in the patch: one 8-byte shared load per pixel row. In the
+// filter, tap t's channels 0-1 sit at column 16 * (t / 4) + 2 * (t % 4) and channels 2-3 eight further.
 
 template <class T, int kBlockN, class Act>
 __device__ __forceinline__ void finish_fragments(const float (&acc)[2][kBlockN / 8][4], Act act, Residual residual,
@@ -176,37 +175,47 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kBlockN))
           ((m / kStemTileCols) * g.stride_h * g.patch_w + (m % kStemTileCols) * g.stride_w) * kStemChannels;
     }
 
-  const int64_t spatial_tiles = int64_t(g.N) * g.tiles_p * g.tiles_q;
+  const int spatial_tiles = g.N * g.tiles_p * g.tiles_q;
   const int row_extent = g.W * g.C;
   int staged_block = -1;
-  for (int64_t tile = blockIdx.x; tile < g.tiles; tile += gridDim.x) {
-    const int k_block = int(tile / spatial_tiles);
-    int64_t rest = tile - k_block * spatial_tiles;
-    const int tile_q = int(rest % g.tiles_q);
+  for (int tile = blockIdx.x; tile < g.tiles; tile += gridDim.x) {
+    const int k_block = tile / spatial_tiles;
+    int rest = tile - k_block * spatial_tiles;
+    const int tile_q = rest % g.tiles_q;
     rest /= g.tiles_q;
-    const int tile_p = int(rest % g.tiles_p);
-    const int n = int(rest / g.tiles_p);
+    const int tile_p = rest % g.tiles_p;
+    const int n = rest / g.tiles_p;
     const int k0 = k_block * kBlockN;
     __syncthreads();  // the previous tile's stage has left (and the offsets table is written)
     if (k_block != staged_block) {
-      // filter[row][column] = W[k0 + row][tap][channel], zero for padding taps, channels and rows.
-      for (int start = tid; start < kBlockN * g.columns_padded; start += kBatch * kThreads) {
-        T v[kBatch];
+      static_assert(kBlockN <= kThreads, "a thread per bias element");
+      // The bias load goes out with the filter's rather than after them (one global round trip less
+      // before the first tile: at batch 1 every block stages once and runs one tile).
+      const float bias_value = tid < kBlockN && k0 + tid < g.K ? to_float(b[k0 + tid]) : 0.f;
+      // filter[row][column] = W[k0 + row][tap][channel], zero for padding taps, channels and rows: a
+      // thread moves one tap's C <= 4 channels as two 4-byte pairs, kBatch taps in flight. Staging element
+      // by element, with that index math per element, was a third of the kernel's instructions (ncu,
+      // ResNet-50's stem at batch 32).
+      for (int start = tid; start < kBlockN * taps_padded; start += kBatch * kThreads) {
+        Quad<T> v[kBatch];
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
-          const int i = start + u * kThreads, row = i / g.columns_padded, column = i - row * g.columns_padded;
-          const int tap = column_tap(column), c = column_channel(column);
-          v[u] = (i < kBlockN * g.columns_padded && k0 + row < g.K && tap < taps && c < g.C)
-                     ? w[(int64_t(k0 + row) * taps + tap) * g.C + c]
-                     : from_float<T>(0.f);
+          const int i = start + u * kThreads, row = i / taps_padded, tap = i - row * taps_padded;
+          const bool real = i < kBlockN * taps_padded && k0 + row < g.K && tap < taps;
+          const T* src = w + (int64_t(k0 + row) * taps + tap) * g.C;
+#pragma unroll
+          for (int c = 0; c < kStemChannels; ++c) v[u].v[c] = real && c < g.C ? src[c] : from_float<T>(0.f);
         }
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
-          const int i = start + u * kThreads, row = i / g.columns_padded;
-          if (i < kBlockN * g.columns_padded) filter[row * filter_stride + i - row * g.columns_padded] = v[u];
+          const int i = start + u * kThreads, row = i / taps_padded, tap = i - row * taps_padded;
+          if (i >= kBlockN * taps_padded) continue;
+          T* dst = filter + row * filter_stride + tap / 4 * 16 + tap % 4 * 2;
+          *reinterpret_cast<Pair<T>*>(dst) = Pair<T>{{v[u].v[0], v[u].v[1]}};
+          *reinterpret_cast<Pair<T>*>(dst + 8) = Pair<T>{{v[u].v[2], v[u].v[3]}};
         }
       }
-      for (int i = tid; i < kBlockN; i += kThreads) bias[i] = k0 + i < g.K ? to_float(b[k0 + i]) : 0.f;
+      if (tid < kBlockN) bias[tid] = bias_value;
       staged_block = k_block;
     }
     // The patch [patch_h][patch_w][4]: input rows from h0, columns from w0; zeros outside X and for
@@ -273,13 +282,21 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kBlockN))
 
     // 16-byte stores where K % 8 == 0 and Y is 16-byte aligned (vector_store), else element by element.
     if (vector_store) {
-      constexpr int kRuns = kBlockN / 8;
-      for (int i = tid; i < kTileM * kRuns; i += kThreads) {
-        const int m = i / kRuns, col = (i - m * kRuns) * 8;
-        const int p = tile_p * kStemTileRows + m / kStemTileCols, q = tile_q * kStemTileCols + m % kStemTileCols;
-        if (p >= g.P || q >= g.Q || k0 + col >= g.K) continue;
-        *reinterpret_cast<uint4*>(y + ((int64_t(n) * g.P + p) * g.Q + q) * g.K + k0 + col) =
-            *reinterpret_cast<const uint4*>(stage + m * kStageStride + col);
+      // A thread keeps one 8-channel run and steps over pixels: kThreads / kRuns pixels per pass.
+      constexpr int kRuns = kBlockN / 8, kPixelsPerPass = kThreads / kRuns;
+      static_assert(kTileM % kPixelsPerPass == 0 && kPixelsPerPass % kStemTileCols == 0, "whole tile rows per pass");
+      const int col = tid % kRuns * 8, m0 = tid / kRuns;
+      const int q = tile_q * kStemTileCols + m0 % kStemTileCols;
+      if (q < g.Q && k0 + col < g.K) {
+        const int p0 = tile_p * kStemTileRows + m0 / kStemTileCols;
+        T* out = y + ((int64_t(n) * g.P + p0) * g.Q + q) * g.K + k0 + col;
+        const int64_t pass_stride = int64_t(kPixelsPerPass / kStemTileCols) * g.Q * g.K;  // output rows per pass
+#pragma unroll
+        for (int pass = 0; pass < kTileM / kPixelsPerPass; ++pass) {
+          if (p0 + pass * (kPixelsPerPass / kStemTileCols) >= g.P) break;
+          *reinterpret_cast<uint4*>(out + pass * pass_stride) =
+              *reinterpret_cast<const uint4*>(stage + (m0 + pass * kPixelsPerPass) * kStageStride + col);
+        }
       }
     } else {
       for (int i = tid; i < kTileM * kBlockN; i += kThreads) {
@@ -352,7 +369,9 @@ Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_
   g.tiles_p = (g.P + kStemTileRows - 1) / kStemTileRows;
   g.tiles_q = (g.Q + kStemTileCols - 1) / kStemTileCols;
   const int block_n = p.K <= 16 ? 16 : p.K <= 32 ? 32 : 64;
-  g.tiles = int64_t(g.N) * g.tiles_p * g.tiles_q * ((g.K + block_n - 1) / block_n);
+  const int64_t tiles = int64_t(g.N) * g.tiles_p * g.tiles_q * ((g.K + block_n - 1) / block_n);
+  if (tiles > INT32_MAX) return Status::Error("cuda_stem_mma: more than INT32_MAX output tiles");
+  g.tiles = int(tiles);
   const bool vector_store = p.K % 8 == 0 && reinterpret_cast<uintptr_t>(t.y) % 16 == 0;  // Z is read per element
   return visit_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
