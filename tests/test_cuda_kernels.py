@@ -1,6 +1,7 @@
 """Every CUDA kernel the registry lists for a problem, on fresh random inputs, against a float64
 reference (torch on upcast inputs): outputs poisoned with NaN first and checked fully written;
 relative L2 error bounded by dtype. Runs on the GPU machine (`pytest -m gpu`)."""
+import dataclasses
 import itertools
 
 import numpy as np
@@ -113,6 +114,7 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (4, 96, 96, 64, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),    # 288 tiles of 128x64: persistent CTAs loop
     (3, 60, 62, 64, 192, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),   # several N tiles, last M tile partial
     (1, 7, 7, 1024, 256, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # batch-1 1x1, 4 tiles x 16 k-tiles: 64-row tiles, stream-K
+    (4, 96, 95, 64, 192, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # 1x1, 286 tiles of 256x128: CTAs loop, M and N partial
 ]
 
 
@@ -192,6 +194,24 @@ def test_a_two_activation_kernel_refuses_other_activations(kernel):
     t = torch.zeros(1 << 16, device="cuda")
     with pytest.raises(cuda.CudaKernelError, match="silu"):
         cuda.fused_conv(desc, t.data_ptr(), t.data_ptr(), t.data_ptr(), None, t.data_ptr(), kernel=kernel)
+
+
+def test_a_residual_free_kernel_refuses_a_residual():
+    """The _nores GEMM's epilogue has no C operand: the registry never offers it for a problem with a
+    residual, and forcing it fails with the reason instead of dropping Z."""
+    import torch
+
+    from optimizer import cuda
+
+    kernel = "sm90_f16_gemm1x1_256x128_coop_silu_nores"
+    plain = ConvDesc(FLOAT16, 2, 8, 8, 64, 64, 1, 1, activation="silu")
+    if kernel not in cuda.kernels(plain):
+        pytest.skip(f"{kernel} not in this build (sm_90a only)")
+    with_z = dataclasses.replace(plain, residual="post")
+    assert kernel not in cuda.kernels(with_z)
+    t = torch.zeros(1 << 16, device="cuda")
+    with pytest.raises(cuda.CudaKernelError, match="residual"):
+        cuda.fused_conv(with_z, t.data_ptr(), t.data_ptr(), t.data_ptr(), t.data_ptr(), t.data_ptr(), kernel=kernel)
 
 
 @pytest.mark.parametrize("shape", [(4, 28, 28, 64, 3), (8, 14, 14, 128, 3), (8, 28, 28, 128, 1), (1, 7, 7, 256, 1)],
