@@ -105,6 +105,7 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (2, 19, 37, 24, 24, 5, 5, (1, 1), (1, 3, 3, 1), (1, 1), 24),   # depthwise 5x5, C = 24: half a channel slice
     (1, 23, 29, 64, 64, 7, 7, (2, 2), (3, 3, 3, 3), (1, 1), 64),   # depthwise 7x7 s2, strip path
     (2, 17, 16, 40, 40, 3, 3, (2, 2), (0, 1, 1, 0), (1, 1), 40),   # depthwise s2 asymmetric pads
+    (48, 14, 13, 64, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 64),  # depthwise 3x3 s1, narrow rows, full grid: strip
     (1, 9, 9, 1032, 1032, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1032),  # depthwise C > 512: channel split
     (1, 9, 11, 10, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 10),    # depthwise C % 4 != 0: fallback
     (1, 6, 40, 16, 16, 1, 5, (1, 2), (0, 2, 0, 2), (1, 1), 16),    # depthwise non-square, stride 1x2

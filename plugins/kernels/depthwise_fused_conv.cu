@@ -583,7 +583,13 @@ bool launch_tile(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStr
   int device = 0, sms = 0;
   if (!current_device_sms(&device, &sms)) sms = 132;
   // Batch 1 and small images: the wide tile leaves SMs idle (ConvNeXt dw7x7 at batch 1: 84 blocks).
-  if (wide * ((g.C + TileWide::CB - 1) / TileWide::CB) < 2 * int64_t(sms))
+  const bool few_blocks = wide * ((g.C + TileWide::CB - 1) / TileWide::CB) < 2 * int64_t(sms);
+  // Rows narrower than 21 columns leave most of a 28-column tile idle; with a 3x3 or 5x5 filter the
+  // strip kernel is then faster where the grid is full (bench/depthwise_tiles.cu, H200, batch 32:
+  // 7x7x1152 5x5 13.1 vs 23.5 µs, 14x14x480 3x3 11.1 vs 13.9, 14x14x672 5x5 26.5 vs 27.3), while a
+  // 7x7 filter reuses a staged pixel enough to win even there (14x14x384: 26.6 vs 35.5).
+  if (g.Q < 21 && R < 7 && !few_blocks) return false;
+  if (few_blocks)
     launch_tile_config<T, R, TileSmall>(g, t, e, stream, small);
   else
     launch_tile_config<T, R, TileWide>(g, t, e, stream, wide);
