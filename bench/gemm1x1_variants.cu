@@ -65,6 +65,22 @@ using NoC128Pingpong = G<Tile<_128, _128, _64>, C11, sm90::Pingpong, Epi<_64, _6
 using NoC128PingpongStores4 = G<Tile<_128, _128, _64>, C11, sm90::Pingpong, Epi<_64, _64>, 4>;
 using NoC128StreamK = G<Tile<_128, _128, _64>, C11, sm90::Cooperative, Epi<_128, _64>, 0, cutlass::gemm::StreamKScheduler>;
 
+// Y^T = W X^T (GEMM rows = output channels): tiles of 128 channels x 96..256 pixels, as cuBLAS's nvjet kernels.
+template <class T, class Cl, class Sched = sm90::Cooperative>
+using Tr = sm90::GemmConfig<DType::kFloat16, T, Cl, Sched, void, Silu, cutlass::epilogue::collective::EpilogueTileAuto,
+                            sm90::NoResidual, 0, true>;
+using C41 = cute::Shape<cute::_4, _1, _1>;
+using _96 = cute::Int<96>;
+using _192 = cute::Int<192>;
+using _224 = cute::Int<224>;
+using T96 = Tr<Tile<_128, _96, _64>, C11>;
+using T96C12 = Tr<Tile<_128, _96, _64>, C12>;
+using T128 = Tr<Tile<_128, _128, _64>, C11>;
+using T192 = Tr<Tile<_128, _192, _64>, C11>;
+using T224 = Tr<Tile<_128, _224, _64>, C11>;
+using T224C41 = Tr<Tile<_128, _224, _64>, C41>;
+using T256C21 = Tr<Tile<_128, _256, _64>, C21>;
+
 using Decomposition = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams::DecompositionMode;
 // The stream-K scheduler with a fixed decomposition instead of CUTLASS's heuristic.
 template <class Cfg, Decomposition kMode, int kSplits>
@@ -101,6 +117,13 @@ const Variant kVariants[] = {
     VARIANT("128x128 pp noC", NoC128Pingpong),
     VARIANT("128x128 pp noC st4", NoC128PingpongStores4),
     VARIANT("128x128 sk-heur noC", NoC128StreamK),
+    VARIANT("T 128ch x 96px", T96),
+    VARIANT("T 128ch x 96px cl1x2", T96C12),
+    VARIANT("T 128ch x 128px", T128),
+    VARIANT("T 128ch x 192px", T192),
+    VARIANT("T 128ch x 224px", T224),
+    VARIANT("T 128ch x 224px cl4x1", T224C41),
+    VARIANT("T 128ch x 256px cl2x1", T256C21),
     DECOMPOSED("128x128 streamk noC", NoC128StreamK, StreamK, 1),
 };
 

@@ -11,6 +11,7 @@
 // Compiled only for sm_90a (sources.cmake): a plain sm_90 build compiles the kernels to stubs.
 #pragma once
 #include <cuda_runtime_api.h>
+#include <type_traits>
 
 #include <cstdint>
 #include <string>
@@ -256,14 +257,22 @@ struct ResidualFetch : cutlass::epilogue::fusion::Sm90SrcFetch<Element> {
   CUTLASS_DEVICE bool is_zero() const { return !params.enabled; }
 };
 
-// The FusedConv EVT for a CTA tile; per-output-channel bias = GEMM column (N) broadcast.
-template <class CtaTile, class ElementOut, class Acts>
+// The per-output-channel bias: a broadcast along the GEMM's N (output channels are its columns, the
+// usual orientation) or, with kChannelRows (the GEMM computes Y^T: channels are its rows), along M.
+template <class CtaTile, class ElementOut, bool kChannelRows = false>
+using BiasBroadcast = std::conditional_t<
+    kChannelRows,
+    cutlass::epilogue::fusion::Sm90ColBroadcast<0, CtaTile, ElementOut, ElementCompute,
+                                                cute::Stride<cute::_1, cute::_0, int64_t>, kAlign16>,
+    cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTile, ElementOut, ElementCompute,
+                                                cute::Stride<cute::_0, cute::_1, int64_t>, kAlign16>>;
+
+// The FusedConv EVT for a CTA tile.
+template <class CtaTile, class ElementOut, class Acts, bool kChannelRows = false>
 using FusedEvt = cutlass::epilogue::fusion::Sm90EVT<
     cutlass::epilogue::fusion::Sm90Compute<EpilogueFnOf<Acts>::template Fn, ElementOut, ElementCompute,
                                            cutlass::FloatRoundStyle::round_to_nearest>,
-    cutlass::epilogue::fusion::Sm90AccFetch,
-    cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTile, ElementOut, ElementCompute,
-                                                cute::Stride<cute::_0, cute::_1, int64_t>, kAlign16>,
+    cutlass::epilogue::fusion::Sm90AccFetch, BiasBroadcast<CtaTile, ElementOut, kChannelRows>,
     ResidualFetch<ElementOut>>;
 
 // The tree without the residual: D = act(acc + bias[k]). With it the epilogue has no C operand
@@ -292,13 +301,11 @@ struct BiasActFnOf {
   template <class T>
   using Fn = BiasActFn<T, Acts>;
 };
-template <class CtaTile, class ElementOut, class Acts>
+template <class CtaTile, class ElementOut, class Acts, bool kChannelRows = false>
 using BiasActEvt = cutlass::epilogue::fusion::Sm90EVT<
     cutlass::epilogue::fusion::Sm90Compute<BiasActFnOf<Acts>::template Fn, ElementOut, ElementCompute,
                                            cutlass::FloatRoundStyle::round_to_nearest>,
-    cutlass::epilogue::fusion::Sm90AccFetch,
-    cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTile, ElementOut, ElementCompute,
-                                                cute::Stride<cute::_0, cute::_1, int64_t>, kAlign16>>;
+    cutlass::epilogue::fusion::Sm90AccFetch, BiasBroadcast<CtaTile, ElementOut, kChannelRows>>;
 template <class Evt, class ElementOut>
 typename Evt::Arguments bias_act_evt_arguments(const ConvProblem& p, const Tensors& t) {
   return typename Evt::Arguments{

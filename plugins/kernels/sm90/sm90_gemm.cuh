@@ -47,17 +47,25 @@ struct NoResidual {
 // kStoreStages: 0 = CUTLASS's epilogue policy (2 store buffers; with a residual the D buffers reuse
 // C's and only one TMA store is in flight while the next sub-tile is written); N > 0 = N buffers of
 // their own, N - 1 stores in flight (needs a concrete EpiTile).
+// kChannelRows: compute Y^T = W X^T instead (GEMM rows = output channels, columns = pixels; A = W, B = X,
+// D column-major, which is Y's NHWC memory). cuBLAS runs the small-pixel-count 1x1s this way with
+// tiles whose count matches the SM count (a 96- or 224-pixel side: nvjet_sm90_hsh_128x96_64x7_1x2 for
+// ResNet-50's 14x14 1024->256 at batch 32), which the 64-row granularity of WGMMA's M does not allow
+// along the pixels.
 template <DType kDType, class Tile, class Cluster, class Schedule, class Scheduler = void,
           class Acts = AnyActivation, class EpiTile = cutlass::epilogue::collective::EpilogueTileAuto,
-          class Source = WithResidual, int kStoreStages = 0>
+          class Source = WithResidual, int kStoreStages = 0, bool kChannelRows = false>
 struct GemmConfig {
   static constexpr bool kResidual = Source::kResidual;
   using Element = typename ElementOf<kDType>::type;
   using ElementC = std::conditional_t<kResidual, Element, void>;
-  using Evt = std::conditional_t<kResidual, FusedEvt<Tile, Element, Acts>, BiasActEvt<Tile, Element, Acts>>;
-  using LayoutA = cutlass::layout::RowMajor;     // X [M, C]
-  using LayoutB = cutlass::layout::ColumnMajor;  // W [K, C] row-major == B [C, K] column-major
-  using LayoutC = cutlass::layout::RowMajor;     // Y, Z [M, K]
+  using Evt = std::conditional_t<kResidual, FusedEvt<Tile, Element, Acts, kChannelRows>,
+                                 BiasActEvt<Tile, Element, Acts, kChannelRows>>;
+  // Both orientations read their operands K-major: X [M, C] and W [K, C] are row-major [rows, C].
+  using LayoutA = cutlass::layout::RowMajor;     // X [M, C] (kChannelRows: W [K, C])
+  using LayoutB = cutlass::layout::ColumnMajor;  // W [K, C] == B [C, K] column-major (kChannelRows: X)
+  using LayoutC = std::conditional_t<kChannelRows, cutlass::layout::ColumnMajor,
+                                     cutlass::layout::RowMajor>;  // Y, Z [M, K] (kChannelRows: Y^T [K, M])
 
   struct BuiltEpilogue {
     using type = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -85,17 +93,26 @@ struct GemmConfig {
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
   using Op = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
+  // The GEMM's (M, N, K): pixels x channels x C, or channels x pixels x C with kChannelRows.
+  static cute::Shape<int, int, int, int> gemm_shape(const ConvProblem& p) {
+    const int pixels = static_cast<int>(p.N * p.H * p.W), channels = static_cast<int>(p.K), C = static_cast<int>(p.C);
+    return kChannelRows ? cute::make_shape(channels, pixels, C, 1) : cute::make_shape(pixels, channels, C, 1);
+  }
+
   static typename Op::Arguments arguments(const ConvProblem& p, const Tensors& t) {
-    const int M = static_cast<int>(p.N * p.H * p.W), N = static_cast<int>(p.K), K = static_cast<int>(p.C);
+    const auto shape = gemm_shape(p);
+    const int M = cute::get<0>(shape), N = cute::get<1>(shape), K = cute::get<2>(shape);
     auto dA = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, cute::make_shape(M, K, 1));
     auto dB = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(N, K, 1));
     auto dC = cutlass::make_cute_packed_stride(typename Kernel::StrideC{}, cute::make_shape(M, N, 1));
     auto dD = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(M, N, 1));
     auto* y = static_cast<Element*>(t.y);
+    auto const* x = static_cast<Element const*>(t.x);
+    auto const* w = static_cast<Element const*>(t.w);
     using Callbacks = typename Epilogue::FusionCallbacks;
     typename Op::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                {M, N, K, 1},
-                                {static_cast<Element const*>(t.x), dA, static_cast<Element const*>(t.w), dB},
+                                shape,
+                                {kChannelRows ? w : x, dA, kChannelRows ? x : w, dB},
                                 {},
                                 hardware_info()};
     if constexpr (kResidual) {
@@ -110,11 +127,7 @@ struct GemmConfig {
   }
 
   static size_t workspace_size(const ConvProblem& p) {
-    typename Op::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                                {static_cast<int>(p.N * p.H * p.W), static_cast<int>(p.K), static_cast<int>(p.C), 1},
-                                {},
-                                {},
-                                hardware_info()};
+    typename Op::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, gemm_shape(p), {}, {}, hardware_info()};
     return Op::get_workspace_size(args);
   }
 
