@@ -33,6 +33,7 @@ struct Pingpong {
 // in the workspace before the fused epilogue runs, so the epilogue sees full accumulators. (A 128x64
 // split-K instance with our own split count never won a layer of the five models on the H200, where
 // the 64-row convs took the batch-1 1x1s, and was dropped.)
+
 // Whether the epilogue reads a residual Z (FusedEvt) or has no C operand at all (BiasActEvt: no C
 // buffers, TMA stores delayed by one sub-tile); the latter serves only problems without a residual.
 struct WithResidual {
