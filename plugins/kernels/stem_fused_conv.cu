@@ -44,7 +44,7 @@ struct Geometry {
   int columns_padded;  // the reduction: R*S taps rounded up to 4, times kStemChannels
   int patch_h, patch_w;
   int tiles_p, tiles_q;
-  int tiles;  // k_blocks * N * tiles_p * tiles_q (launch checks that it fits int32: cheap tile decoding)
+  int tiles;  // k_blocks * N * tiles_p * tiles_q (launch keeps it under INT32_MAX / 2: int32 tile decoding)
 };
 
 // mma.sync m16n8k16 with fp32 accumulation, the operand type T's atom from CuTe.
@@ -370,7 +370,8 @@ Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_
   g.tiles_q = (g.Q + kStemTileCols - 1) / kStemTileCols;
   const int block_n = p.K <= 16 ? 16 : p.K <= 32 ? 32 : 64;
   const int64_t tiles = int64_t(g.N) * g.tiles_p * g.tiles_q * ((g.K + block_n - 1) / block_n);
-  if (tiles > INT32_MAX) return Status::Error("cuda_stem_mma: more than INT32_MAX output tiles");
+  // Half of int32's range: the tile loop's `tile += gridDim.x` must not overflow either.
+  if (tiles > INT32_MAX / 2) return Status::Error("cuda_stem_mma: more than INT32_MAX / 2 output tiles");
   g.tiles = int(tiles);
   const bool vector_store = p.K % 8 == 0 && reinterpret_cast<uintptr_t>(t.y) % 16 == 0;  // Z is read per element
   return visit_dtype(p.dtype, [&](auto tag) {
