@@ -14,16 +14,9 @@
 #include <vector>
 
 #include "depthwise_fused_conv.cu"
+#include "harness.cuh"
 
 namespace epifuse::cuda {
-// The two helpers depthwise_fused_conv.cu takes from kernel_table.cu (not linked here).
-bool current_device_sms(int* device, int* sms) {
-  return cudaGetDevice(device) == cudaSuccess &&
-         cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *device) == cudaSuccess;
-}
-Status check_launch(const char*, cudaError_t e) {
-  return e == cudaSuccess ? Status::Ok() : Status::Error(cudaGetErrorString(e));
-}
 
 namespace {
 __global__ void reference(Geometry g, const __half* x, const __half* w, const __half* b, double* y) {
@@ -71,33 +64,6 @@ std::vector<std::pair<const char*, Launch>> variants() {
           config<R, TileCb32>("8x28, 32 channels"), config<R, TileTq4>("8x32, 4 columns/thread")};
 }
 
-float graph_us(const Launch& fn, const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t st) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
-  for (int i = 0; i < 20; ++i) fn(g, t, e, st);
-  cudaStreamEndCapture(st, &graph);
-  cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphLaunch(exec, st);
-  cudaEvent_t begin, end;
-  cudaEventCreate(&begin);
-  cudaEventCreate(&end);
-  std::vector<float> us;
-  for (int rep = 0; rep < 15; ++rep) {
-    float ms = 0;
-    cudaEventRecord(begin, st);
-    cudaGraphLaunch(exec, st);
-    cudaEventRecord(end, st);
-    cudaEventSynchronize(end);
-    cudaEventElapsedTime(&ms, begin, end);
-    us.push_back(ms * 1000 / 20);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
 int main() {
   struct Shape { const char* name; int N, H, W, C, R; };
   const std::vector<Shape> shapes = {
@@ -141,7 +107,8 @@ int main() {
     printf("%-20s N%d %dx%d C%d %dx%d  floor %.1f us\n", sh.name, sh.N, sh.H, sh.W, sh.C, sh.R, sh.R,
            2.0 * nx * 2 / 4.3e12 * 1e6);
     const auto list = sh.R == 7 ? variants<7>() : sh.R == 5 ? variants<5>() : variants<3>();
-    for (const auto& [name, fn] : list) {
+    for (const auto& [name, launch] : list) {
+      const Launch& fn = launch;  // a lambda may capture it (not a structured binding before C++20)
       cudaMemset(y, 0xff, nx * 2);  // NaN: an unwritten output shows as an error
       fn(g, t, e, st);
       if (cudaError_t err = cudaStreamSynchronize(st); err != cudaSuccess) {
@@ -159,7 +126,7 @@ int main() {
       const double rel = std::sqrt(num / den);
       const bool ok = rel < 2e-3;  // fp16 output rounding is ~3e-4
       failures += !ok;
-      printf("  %-32s %7.1f us  rel L2 %.1e%s\n", name, graph_us(fn, g, t, e, st), rel, ok ? "" : "  FAIL");
+      printf("  %-32s %7.1f us  rel L2 %.1e%s\n", name, bench::graph_us([&](cudaStream_t s) { fn(g, t, e, s); }, st), rel, ok ? "" : "  FAIL");
     }
     cudaFree(x); cudaFree(w); cudaFree(b); cudaFree(y); cudaFree(ref);
   }

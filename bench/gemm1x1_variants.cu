@@ -13,19 +13,8 @@
 #include <random>
 #include <vector>
 
+#include "harness.cuh"
 #include "sm90_gemm.cuh"
-
-namespace epifuse::cuda {
-// The helpers the kernels take from kernel_table.cu (not linked here).
-bool current_device_sms(int* device, int* sms) {
-  return cudaGetDevice(device) == cudaSuccess &&
-         cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *device) == cudaSuccess;
-}
-bool programmatic_launch_enabled() { return false; }
-Status check_launch(const char*, cudaError_t e) {
-  return e == cudaSuccess ? Status::Ok() : Status::Error(cudaGetErrorString(e));
-}
-}  // namespace epifuse::cuda
 
 namespace {
 using namespace epifuse;
@@ -166,33 +155,11 @@ std::vector<__half> random_half(size_t n, std::mt19937& rng, float scale) {
   return v;
 }
 
-// Median µs per call of a graph of 20 launches, or NaN when the launch fails.
+// µs per call (bench::graph_us), or NaN when the variant cannot run the problem.
 float time_us(const Variant& v, const ConvProblem& p, const Tensors& t, void* ws, size_t ws_bytes, cudaStream_t s) {
   if (!v.launch(v.name, p, t, ws, ws_bytes, s).ok()) return NAN;
   CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t graph;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < 20; ++i) (void)v.launch(v.name, p, t, ws, ws_bytes, s);
-  CHECK(cudaStreamEndCapture(s, &graph));
-  cudaGraphExec_t exec;
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < 16; ++r) {
-    CHECK(cudaEventRecord(a, s));
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    float e = 0;
-    CHECK(cudaEventElapsedTime(&e, a, b));
-    if (r) ms.push_back(e);  // the first replay warms up
-  }
-  std::sort(ms.begin(), ms.end());
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  return ms[ms.size() / 2] * 1000.f / 20.f;
+  return bench::graph_us([&](cudaStream_t stream) { (void)v.launch(v.name, p, t, ws, ws_bytes, stream); }, s);
 }
 }  // namespace
 

@@ -15,17 +15,9 @@
 #include <vector>
 
 #include "stem_fused_conv.cu"
+#include "harness.cuh"
 
 namespace epifuse::cuda {
-// The helpers stem_fused_conv.cu takes from kernel_table.cu (not linked here).
-bool current_device_sms(int* device, int* sms) {
-  return cudaGetDevice(device) == cudaSuccess &&
-         cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *device) == cudaSuccess;
-}
-Status check_launch(const char*, cudaError_t e) {
-  return e == cudaSuccess ? Status::Ok() : Status::Error(cudaGetErrorString(e));
-}
-
 namespace {
 __global__ void reference(ConvProblem p, const __half* x, const __half* w, const __half* b, double* y) {
   const int64_t P = (p.H + p.attr.pad_top + p.attr.pad_bottom - p.R) / p.attr.stride_h + 1;
@@ -55,33 +47,6 @@ using Launch = std::function<Status(const ConvProblem&, const Tensors&, cudaStre
 
 std::vector<std::pair<const char*, Launch>> variants() {
   return {{"library", [](const ConvProblem& p, const Tensors& t, cudaStream_t s) { return launch(p, t, nullptr, 0, s); }}};
-}
-
-float graph_us(const Launch& fn, const ConvProblem& p, const Tensors& t, cudaStream_t st) {
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
-  for (int i = 0; i < 20; ++i) (void)fn(p, t, st);
-  cudaStreamEndCapture(st, &graph);
-  cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphLaunch(exec, st);
-  cudaEvent_t begin, end;
-  cudaEventCreate(&begin);
-  cudaEventCreate(&end);
-  std::vector<float> us;
-  for (int rep = 0; rep < 15; ++rep) {
-    float ms = 0;
-    cudaEventRecord(begin, st);
-    cudaGraphLaunch(exec, st);
-    cudaEventRecord(end, st);
-    cudaEventSynchronize(end);
-    cudaEventElapsedTime(&ms, begin, end);
-    us.push_back(ms * 1000 / 20);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
 }
 
 int main(int argc, char** argv) {
@@ -132,7 +97,8 @@ int main(int argc, char** argv) {
     const double floor_us = std::max(2.0 * ny * sh.R * sh.R * sh.C / 790e12, 2.0 * (nx + ny) / 4.3e12) * 1e6;
     printf("%-14s N%d %dx%d %d->%d %dx%d s%d  floor %.1f us\n", sh.name, sh.N, sh.H, sh.W, sh.C, sh.K, sh.R, sh.R,
            sh.stride, floor_us);
-    for (const auto& [name, fn] : variants()) {
+    for (const auto& [name, launch] : variants()) {
+      const Launch& fn = launch;  // a lambda may capture it (not a structured binding before C++20)
       cudaMemset(y, 0xff, ny * 2);  // NaN: an unwritten output shows as an error
       const Status s = fn(p, t, st);
       cudaError_t err = cudaStreamSynchronize(st);
@@ -152,7 +118,7 @@ int main(int argc, char** argv) {
       const double rel = std::sqrt(num / den);
       const bool ok = rel < 2e-3;  // fp16 output rounding is ~3e-4
       failures += !ok;
-      printf("  %-36s %7.1f us  rel L2 %.1e%s\n", name, graph_us(fn, p, t, st), rel, ok ? "" : "  FAIL");
+      printf("  %-36s %7.1f us  rel L2 %.1e%s\n", name, bench::graph_us([&](cudaStream_t s) { (void)fn(p, t, s); }, st), rel, ok ? "" : "  FAIL");
     }
     cudaFree(x); cudaFree(w); cudaFree(b); cudaFree(y); cudaFree(ref);
   }
