@@ -10,6 +10,8 @@ if(has_sm90a)
     ${sm90_dir}/gemm1x1_256x128_coop_relu_bf16.cu
     ${sm90_dir}/gemm1x1_256x128_coop_silu_nores_f16.cu
     ${sm90_dir}/gemm1x1_256x128_coop_silu_nores_bf16.cu
+    ${sm90_dir}/gemm1x1t_128x96_coop_silu_nores_f16.cu
+    ${sm90_dir}/gemm1x1t_128x96_coop_silu_nores_bf16.cu
     ${sm90_dir}/gemm1x1_128x128_coop_relu_f16.cu
     ${sm90_dir}/gemm1x1_128x128_coop_relu_bf16.cu
     ${sm90_dir}/gemm1x1_128x128_coop_silu_f16.cu
