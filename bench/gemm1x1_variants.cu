@@ -4,13 +4,17 @@
 // into itself, so configurations the library does not ship can be timed beside those it does (add
 // a line to kVariants). Build here (several minutes: one CUTLASS kernel each), run on the GPU machine:
 //
-//   nvcc -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+//   nvcc -O3 -DNDEBUG -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -I$CUTLASS/include -I$CUTLASS/tools/util/include -Iplugins/core -Iplugins/kernels -Iplugins/kernels/sm90 \
 //        bench/gemm1x1_variants.cu plugins/core/conv_problem.cc -o build/gemm1x1_variants && build/gemm1x1_variants
+//
+// `build/gemm1x1_variants VARIANT SHAPE` runs only the variants and shapes whose names contain those
+// strings ("" = all); under ncu, `--launch-skip 1 --launch-count 1` then profiles the first timed launch.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "harness.cuh"
@@ -42,6 +46,10 @@ using NoC = G<Tile<_256, _128, _64>, C11, sm90::Cooperative, Epi<_128, _64>>;
 using NoCStores3 = G<Tile<_256, _128, _64>, C11, sm90::Cooperative, Epi<_128, _64>, 3>;
 using NoCStores4 = G<Tile<_256, _128, _64>, C11, sm90::Cooperative, Epi<_128, _64>, 4>;
 using NoCStores4Cluster = G<Tile<_256, _128, _64>, C12, sm90::Cooperative, Epi<_128, _64>, 4>;
+// Wider epilogue sub-tiles: fewer named-barrier rounds per tile (ncu: r50.s1.1x1up stalls on barriers 3x as often as cuBLAS's kernel).
+using NoCEpi128x128St2 = G<Tile<_256, _128, _64>, C11, sm90::Cooperative, Epi<_128, _128>, 2>;
+using NoCEpi128x128St3 = G<Tile<_256, _128, _64>, C11, sm90::Cooperative, Epi<_128, _128>, 3>;
+using NoCEpi256x64St3 = G<Tile<_256, _128, _64>, C11, sm90::Cooperative, Epi<_256, _64>, 3>;
 using NoC128x256Stores4 = G<Tile<_128, _256, _64>, C11, sm90::Cooperative, Epi<_128, _64>, 4>;
 using NoC128Coop = G<Tile<_128, _128, _64>, C11, sm90::Cooperative, Epi<_128, _64>>;
 using NoC128CoopC12 = G<Tile<_128, _128, _64>, C12, sm90::Cooperative, Epi<_128, _64>>;
@@ -68,6 +76,11 @@ using T128 = Tr<Tile<_128, _128, _64>, C11>;
 using T192 = Tr<Tile<_128, _192, _64>, C11>;
 using T224 = Tr<Tile<_128, _224, _64>, C11>;
 using T224C41 = Tr<Tile<_128, _224, _64>, C41>;
+using T224C21 = Tr<Tile<_128, _224, _64>, C21>;
+using _112 = cute::Int<112>;
+using T256x112 = Tr<Tile<_256, _112, _64>, C11>;
+using T256x112C21 = Tr<Tile<_256, _112, _64>, C21>;
+using T112Pingpong = Tr<Tile<_128, _112, _64>, C11, sm90::Pingpong>;
 using T256C21 = Tr<Tile<_128, _256, _64>, C21>;
 
 using Decomposition = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamKParams::DecompositionMode;
@@ -95,6 +108,9 @@ const Variant kVariants[] = {
     VARIANT("256x128 noC st3", NoCStores3),
     VARIANT("256x128 noC st4", NoCStores4),
     VARIANT("256x128 noC st4 cl1x2", NoCStores4Cluster),
+    VARIANT("256x128 noC epi128x128 st2", NoCEpi128x128St2),
+    VARIANT("256x128 noC epi128x128 st3", NoCEpi128x128St3),
+    VARIANT("256x128 noC epi256x64 st3", NoCEpi256x64St3),
     VARIANT("128x256 noC st4", NoC128x256Stores4),
     VARIANT("256x128 noC st4 cl2x1", NoCStores4C21),
     VARIANT("128x128 coop noC", NoC128Coop),
@@ -112,6 +128,10 @@ const Variant kVariants[] = {
     VARIANT("T 128ch x 192px", T192),
     VARIANT("T 128ch x 224px", T224),
     VARIANT("T 128ch x 224px cl4x1", T224C41),
+    VARIANT("T 128ch x 224px cl2x1", T224C21),
+    VARIANT("T 256ch x 112px", T256x112),
+    VARIANT("T 256ch x 112px cl2x1", T256x112C21),
+    VARIANT("T 128ch x 112px pp", T112Pingpong),
     VARIANT("T 128ch x 256px cl2x1", T256C21),
     DECOMPOSED("128x128 streamk noC", NoC128StreamK, StreamK, 1),
 };
@@ -163,7 +183,9 @@ float time_us(const Variant& v, const ConvProblem& p, const Tensors& t, void* ws
 }
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::string variant_filter = argc > 1 ? argv[1] : "", shape_filter = argc > 2 ? argv[2] : "";
+  auto wanted = [](const char* name, const std::string& filter) { return std::string(name).find(filter) != std::string::npos; };
   std::mt19937 rng(7);
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
@@ -171,11 +193,14 @@ int main() {
   void* ws;
   CHECK(cudaMalloc(&ws, ws_bytes));
   std::printf("| shape | floor µs |");
-  for (const auto& v : kVariants) std::printf(" %s |", v.name);
+  for (const auto& v : kVariants)
+    if (wanted(v.name, variant_filter)) std::printf(" %s |", v.name);
   std::printf("\n|---|---|");
-  for (size_t i = 0; i < sizeof(kVariants) / sizeof(kVariants[0]); ++i) std::printf("---|");
+  for (const auto& v : kVariants)
+    if (wanted(v.name, variant_filter)) std::printf("---|");
   std::printf("\n");
   for (const auto& sh : kShapes) {
+    if (!wanted(sh.name, shape_filter)) continue;
     ConvProblem p;
     p.N = sh.M, p.H = 1, p.W = 1, p.C = sh.K, p.K = sh.N, p.R = 1, p.S = 1;
     p.dtype = DType::kFloat16;
@@ -202,6 +227,7 @@ int main() {
     const Tensors t{x, w, b, nullptr, y};
     std::vector<__half> hy(ny);
     for (const auto& v : kVariants) {
+      if (!wanted(v.name, variant_filter)) continue;
       CHECK(cudaMemset(y, 0xff, ny * 2));  // NaN poison
       const Status st = v.launch(v.name, p, t, ws, ws_bytes, s);
       if (!st.ok()) {
