@@ -18,7 +18,8 @@ from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
 CUDA_TARGETS = ("ort-cuda", "tensorrt")
 # (name, the one activation besides identity its epilogue carries; None: all 14). "_nores": no residual.
 GEMM = (("gemm1x1_128x128_coop_relu", "relu"), ("gemm1x1_128x128_coop_silu", "silu"),
-        ("gemm1x1_256x128_coop_relu", "relu"), ("gemm1x1_256x128_coop_silu_nores", "silu"),
+        ("gemm1x1_256x128_coop_relu", "relu"), ("gemm1x1t_128x224_coop_silu_nores", "silu"),
+        ("gemm1x1_256x128_coop_silu_nores", "silu"),
         ("gemm1x1t_128x96_coop_silu_nores", "silu"), ("gemm1x1_128x128_coop", None), ("gemm1x1_128x128_pingpong", None),
         ("gemm1x1_128x128_streamk", None), ("gemm1x1_128x64_pingpong", None))
 # (name, N tile, the one activation besides identity its epilogue carries; None: all 14)
@@ -120,10 +121,11 @@ def test_expected_lists_are_what_the_brief_says():
     only = lambda names, drop: [n for n in names if not n.endswith(drop)]  # noqa: E731
     assert expected(ANCHORS["r50.s1.1x1up"]) == [  # identity: both kinds of two-activation kernels
         "sm90_f16_gemm1x1_128x128_coop_relu", "sm90_f16_gemm1x1_128x128_coop_silu", "sm90_f16_gemm1x1_256x128_coop_relu",
-        "sm90_f16_gemm1x1_256x128_coop_silu_nores", "sm90_f16_gemm1x1t_128x96_coop_silu_nores"] + gemms + convs
+        "sm90_f16_gemm1x1t_128x224_coop_silu_nores", "sm90_f16_gemm1x1_256x128_coop_silu_nores",
+        "sm90_f16_gemm1x1t_128x96_coop_silu_nores"] + gemms + convs
     assert expected(dataclasses.replace(ANCHORS["r50.s1.1x1up"], activation="silu")) == [
-        "sm90_f16_gemm1x1_128x128_coop_silu", "sm90_f16_gemm1x1_256x128_coop_silu_nores",
-        "sm90_f16_gemm1x1t_128x96_coop_silu_nores"] + gemms + only(convs, relu)
+        "sm90_f16_gemm1x1_128x128_coop_silu", "sm90_f16_gemm1x1t_128x224_coop_silu_nores",
+        "sm90_f16_gemm1x1_256x128_coop_silu_nores", "sm90_f16_gemm1x1t_128x96_coop_silu_nores"] + gemms + only(convs, relu)
     assert expected(dataclasses.replace(ANCHORS["r50.s1.1x1up"], activation="relu")) == [
         "sm90_f16_gemm1x1_128x128_coop_relu", "sm90_f16_gemm1x1_256x128_coop_relu"] + gemms + only(convs, silu)
     assert expected(dataclasses.replace(ANCHORS["r50.s1.1x1up"], activation="hardswish")) == gemms + only(
@@ -174,6 +176,8 @@ PAD1 = dict(pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
     (f16((32, 14, 14, 1024, 256), r=1, activation="relu"), "gemm1x1_128x128_coop_relu"),  # 50 tiles of 256x128
     (f16((32, 14, 14, 1024, 256), r=1, activation="silu"), "gemm1x1t_128x96_coop_silu_nores"),  # 132 of 128x96
     (f16((32, 7, 7, 512, 2048), r=1), "gemm1x1_256x128_coop_relu"),            # 112 tiles of 256x128
+    (f16((32, 7, 7, 512, 2048), r=1, activation="silu"), "gemm1x1t_128x224_coop_silu_nores"),  # 112 of 128x224
+    (f16((32, 7, 7, 512, 2048), r=1, activation="silu", residual="post"), "gemm1x1_128x128_coop_silu"),
     (f16((1, 56, 56, 256, 128), r=1), "conv_64x64x64_c1x1_2cta_relu"),         # batch-1 1x1: 25 wide tiles
     (f16((1, 7, 7, 512, 2048), r=1), "conv_64x64x64_c1x1_2cta_relu"),          # 16 wide tiles
     (f16((1, 7, 7, 512, 2048), r=1, activation="gelu"), "conv_128x64x64_c2x1"),  # no 64-row kernel for GELU
@@ -182,7 +186,7 @@ PAD1 = dict(pad_top=1, pad_left=1, pad_bottom=1, pad_right=1)
         "y8s.b1.80.3x3", "r50.b1.s2.3x3", "r50.b32.7x7x512", "y8s.b1.80x64", "y8s.b1.80x128_silu",
         "y8s.b1.80x64_hardswish", "symbolic", "1x1", "1x1_silu",
         "1x1_gelu", "1x1_98tiles", "1x1_132tiles_of_96px",
-        "1x1_208tiles", "1x1_b1", "1x1_b1_7x7", "1x1_b1_7x7_gelu", "1x1_s2"])
+        "1x1_208tiles", "1x1_112tiles_of_224px", "1x1_112tiles_residual", "1x1_b1", "1x1_b1_7x7", "1x1_b1_7x7_gelu", "1x1_s2"])
 @pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
 def test_untuned_conv_choice_follows_the_measured_winners(desc, first, dtype):
     """Without tuning the first name runs: by the H200 measurements (docs/bench-kernels.md) — for

@@ -185,15 +185,26 @@ bool prefer_gemm_256x128(const ConvProblem& p) {
   if (!gemm_problem(p) || !known(p.N) || !known(P) || !known(Q) || !known(p.K)) return false;
   return (saturating_product({p.N, P, Q}) + 255) / 256 * ((p.K + 127) / 128) >= kWaveTiles;
 }
+// Tiles of the channels-as-rows GEMMs: 128 channels x `pixel_tile` pixels; -1 when unknown.
+int64_t channel_row_tiles(const ConvProblem& p, int64_t pixel_tile) {
+  const int64_t P = p.P(), Q = p.Q();
+  if (!gemm_problem(p) || !known(p.N) || !known(P) || !known(Q) || !known(p.K)) return -1;
+  return (saturating_product({p.N, P, Q}) + pixel_tile - 1) / pixel_tile * ((p.K + 127) / 128);
+}
 // 128-channel x 96-pixel tiles (the channels-as-rows GEMM) where they make one nearly full wave, fuller
 // than the 128-pixel tiles' single partial one: r50.s3.1x1dn's 6272 pixels x 256 channels are 132 such
 // tiles, 7.9 µs vs 9.4 on 98 tiles of 128x128; on r50.s1.1x1up (2092 tiles) they lost, 31.4 vs 24.0.
 bool prefer_gemm_96px(const ConvProblem& p) {
-  const int64_t P = p.P(), Q = p.Q();
-  if (!gemm_problem(p) || !known(p.N) || !known(P) || !known(Q) || !known(p.K)) return false;
-  const int64_t t96 = (saturating_product({p.N, P, Q}) + 95) / 96 * ((p.K + 127) / 128);
-  const int64_t t128 = tiles(p, 128);
-  return t96 >= kWaveTiles && t96 <= kSms && t128 < t96;
+  const int64_t t96 = channel_row_tiles(p, 96);
+  return t96 >= kWaveTiles && t96 <= kSms && tiles(p, 128) < t96;
+}
+// 128-channel x 224-pixel tiles where they make one wave of at least 0.7 (cuBLAS's tiling for
+// r50.s4.1x1up, 1568 pixels x 2048 channels = 112 tiles: 9.5 µs vs 10.4-10.8 on 128x128 / 256x128).
+// Listed before the 256x128 GEMM, whose rule also takes that layer. No problem meets both this and
+// the 96-pixel rule (224-pixel tiles are fewer than 0.43 of the 96-pixel ones).
+bool prefer_gemm_224px(const ConvProblem& p) {
+  const int64_t t224 = channel_row_tiles(p, 224);
+  return t224 >= kWaveTiles && t224 <= kSms;
 }
 bool prefer_conv_1cta(const ConvProblem& p) {
   const int64_t wide = tiles(p, 128);  // -1 when M is unknown
@@ -219,6 +230,8 @@ std::vector<KernelDescriptor> sm90_kernel_rules() {
       {"sm90_bf16_gemm1x1_128x128_coop_silu", cuda_targets(), bf16_gemm1x1_silu, kSm, kSm},
       {"sm90_f16_gemm1x1_256x128_coop_relu", cuda_targets(), f16_gemm1x1_relu, kSm, kSm, prefer_gemm_256x128},
       {"sm90_bf16_gemm1x1_256x128_coop_relu", cuda_targets(), bf16_gemm1x1_relu, kSm, kSm, prefer_gemm_256x128},
+      {"sm90_f16_gemm1x1t_128x224_coop_silu_nores", cuda_targets(), f16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_224px},
+      {"sm90_bf16_gemm1x1t_128x224_coop_silu_nores", cuda_targets(), bf16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_224px},
       {"sm90_f16_gemm1x1_256x128_coop_silu_nores", cuda_targets(), f16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_256x128},
       {"sm90_bf16_gemm1x1_256x128_coop_silu_nores", cuda_targets(), bf16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_256x128},
       {"sm90_f16_gemm1x1t_128x96_coop_silu_nores", cuda_targets(), f16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_96px},

@@ -11,6 +11,8 @@ namespace epifuse::cuda {
   X(sm90_bf16_gemm1x1_256x128_coop_silu_nores)          \
   X(sm90_f16_gemm1x1t_128x96_coop_silu_nores)           \
   X(sm90_bf16_gemm1x1t_128x96_coop_silu_nores)          \
+  X(sm90_f16_gemm1x1t_128x224_coop_silu_nores)          \
+  X(sm90_bf16_gemm1x1t_128x224_coop_silu_nores)         \
   X(sm90_f16_gemm1x1_128x128_coop_relu)           \
   X(sm90_bf16_gemm1x1_128x128_coop_relu)          \
   X(sm90_f16_gemm1x1_128x128_coop_silu)           \
