@@ -116,7 +116,7 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (3, 60, 62, 64, 192, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),   # several N tiles, last M tile partial
     (1, 7, 7, 1024, 256, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # batch-1 1x1, 4 tiles x 16 k-tiles: 64-row tiles, stream-K
     (4, 96, 95, 64, 192, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # 1x1, 286 tiles of 256x128: CTAs loop, M and N partial
-    (3, 13, 11, 96, 200, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1, 429 pixels x 200 channels: 96-pixel and 128-channel tiles partial
+    (3, 13, 11, 96, 200, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1, 429 pixels x 200 channels: 96/224-pixel and 128-channel tiles partial
 ]
 
 
