@@ -55,12 +55,8 @@ if(has_sm90a)
   set_target_properties(epifuse_sm90 PROPERTIES CUDA_ARCHITECTURES OFF POSITION_INDEPENDENT_CODE ON)
   # CUTLASS_ENABLE_GDC_FOR_SM90: the GEMM kernels' griddepcontrol waits for programmatic dependent
   # launch (EPIFUSE_PDL=1); no-ops for an ordinary launch.
-  # CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: without it CuTe's WGMMA selector knows only N = 8..32, 64,
-  # 96, 128, 192, 256 and splits a 224-wide tile into seven N = 32 instructions, each re-reading A from
-  # shared memory (ncu: 7x the wgmma count of cuBLAS's 128x224 tile; 11.4 vs 9.5 µs on r50.s4.1x1up).
-  # Tiles of those widths get the same instruction either way.
   target_compile_options(epifuse_sm90 PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++17 -O3 -DNDEBUG
-                         -DCUTLASS_ENABLE_GDC_FOR_SM90 -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+                         -DCUTLASS_ENABLE_GDC_FOR_SM90
                          --expt-relaxed-constexpr -Xcompiler=-fPIC,-fvisibility=hidden
                          -gencode=arch=compute_90a,code=sm_90a>)
   target_include_directories(epifuse_sm90 PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
