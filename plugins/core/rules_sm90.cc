@@ -161,11 +161,12 @@ bool gemm_problem(const ConvProblem& p) {
   return p.R == 1 && p.S == 1 && a.stride_h == 1 && a.stride_w == 1 && !a.pad_top && !a.pad_left &&
          !a.pad_bottom && !a.pad_right;
 }
-// Tiles of 128 rows (M = N*P*Q) x tile_n channels; -1 when unknown.
-int64_t tiles(const ConvProblem& p, int64_t tile_n) {
+// Output tiles of `pixel_tile` pixels (M = N*P*Q) x `tile_n` channels, in either GEMM orientation;
+// -1 when unknown.
+int64_t tiles(const ConvProblem& p, int64_t tile_n, int64_t pixel_tile = 128) {
   const int64_t P = p.P(), Q = p.Q();
   if (!known(p.N) || !known(P) || !known(Q) || !known(p.K)) return -1;
-  return (saturating_product({p.N, P, Q}) + 127) / 128 * ((p.K + tile_n - 1) / tile_n);
+  return (saturating_product({p.N, P, Q}) + pixel_tile - 1) / pixel_tile * ((p.K + tile_n - 1) / tile_n);
 }
 // C <= 32 and K <= 32: the other convs' 64-deep k-step is half zero fill and their 64-wide N tile half
 // empty (YOLOv8s 160x160 32->32 3x3: 125 us vs 224 at batch 32, 6.4 vs 11.7 at batch 1). With K = 64
@@ -180,31 +181,21 @@ bool prefer_conv_64x64(const ConvProblem& p) {
 }
 // 256x128 GEMM tiles where they fill a wave (r50.s1.1x1up 27.8 µs vs 32.4 on 128x128, r50.s4.1x1up's
 // 112 tiles 11.8 vs 12.9); r50.s3.1x1dn with 50 lost (15.8 vs 9.9).
-bool prefer_gemm_256x128(const ConvProblem& p) {
-  const int64_t P = p.P(), Q = p.Q();
-  if (!gemm_problem(p) || !known(p.N) || !known(P) || !known(Q) || !known(p.K)) return false;
-  return (saturating_product({p.N, P, Q}) + 255) / 256 * ((p.K + 127) / 128) >= kWaveTiles;
-}
-// Tiles of the channels-as-rows GEMMs: 128 channels x `pixel_tile` pixels; -1 when unknown.
-int64_t channel_row_tiles(const ConvProblem& p, int64_t pixel_tile) {
-  const int64_t P = p.P(), Q = p.Q();
-  if (!gemm_problem(p) || !known(p.N) || !known(P) || !known(Q) || !known(p.K)) return -1;
-  return (saturating_product({p.N, P, Q}) + pixel_tile - 1) / pixel_tile * ((p.K + 127) / 128);
-}
+bool prefer_gemm_256x128(const ConvProblem& p) { return gemm_problem(p) && tiles(p, 128, 256) >= kWaveTiles; }
 // 128-channel x 96-pixel tiles (the channels-as-rows GEMM) where they make one nearly full wave, fuller
 // than the 128-pixel tiles' single partial one: r50.s3.1x1dn's 6272 pixels x 256 channels are 132 such
 // tiles, 7.9 µs vs 9.4 on 98 tiles of 128x128; on r50.s1.1x1up (2092 tiles) they lost, 31.4 vs 24.0.
 bool prefer_gemm_96px(const ConvProblem& p) {
-  const int64_t t96 = channel_row_tiles(p, 96);
-  return t96 >= kWaveTiles && t96 <= kSms && tiles(p, 128) < t96;
+  const int64_t t96 = tiles(p, 128, 96);
+  return gemm_problem(p) && t96 >= kWaveTiles && t96 <= kSms && tiles(p, 128) < t96;
 }
 // 128-channel x 224-pixel tiles where they make one wave of at least 0.7 (cuBLAS's tiling for
 // r50.s4.1x1up, 1568 pixels x 2048 channels = 112 tiles: 9.5 µs vs 10.4-10.8 on 128x128 / 256x128).
 // Listed before the 256x128 GEMM, whose rule also takes that layer. No problem meets both this and
 // the 96-pixel rule (224-pixel tiles are fewer than 0.43 of the 96-pixel ones).
 bool prefer_gemm_224px(const ConvProblem& p) {
-  const int64_t t224 = channel_row_tiles(p, 224);
-  return t224 >= kWaveTiles && t224 <= kSms;
+  const int64_t t224 = tiles(p, 128, 224);
+  return gemm_problem(p) && t224 >= kWaveTiles && t224 <= kSms;
 }
 bool prefer_conv_1cta(const ConvProblem& p) {
   const int64_t wide = tiles(p, 128);  // -1 when M is unknown
