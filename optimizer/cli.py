@@ -12,7 +12,7 @@ import onnx
 from rich.console import Console
 
 from .errors import EpifuseError
-from .pipeline import PRECISIONS, TARGETS, optimize_file, optimize_model
+from .pipeline import PRECISIONS, TARGETS, FusionPolicy, optimize_file, optimize_model
 from .report import Report
 from .tensorrt import add_build_engine_command
 from .triton import add_export_triton_command
@@ -29,30 +29,140 @@ def _progress(console: Console):
     return update
 
 
-def _run_optimize(args, console: Console, in_path: str, out_path: str) -> int:
+def _batches(text: str) -> tuple[int, ...]:
+    try:
+        batches = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        batches = ()
+    if not batches or any(b < 1 for b in batches):
+        raise EpifuseError(f"--batch takes positive integers separated by commas, got {text!r}")
+    return batches
+
+
+def _policy(args) -> FusionPolicy:
+    if args.measure_budget < 0:
+        raise EpifuseError(f"--measure-budget must not be negative, got {args.measure_budget}")
+    return FusionPolicy(mode=args.fuse, costs_file=args.costs, costs_device=args.costs_device,
+                        measure_budget_s=args.measure_budget, batches=_batches(args.batch))
+
+
+def _remove_output(path: str) -> None:
+    for p in (path, path + ".data"):
+        if os.path.isfile(p):
+            os.unlink(p)
+
+
+def _run_optimize(args, console: Console, in_path: str, out_path: str, bench: bool = False) -> int:
+    """Optimizes, then verifies and times where asked; a failed check removes the output again."""
     progress = _progress(console) if console.is_terminal else None
+    written = False
     try:
         report = optimize_file(in_path, out_path, target=args.target, precision=args.precision,
-                               progress=progress)
+                               progress=progress, policy=_policy(args))
+        written = True
         if args.verify:
             from .verify import verify  # noqa: PLC0415
 
             if progress:
                 progress("verify")
             report.verify = verify(in_path, out_path, precision=args.precision)
+        if bench and (report.verify is None or report.verify["passed"]):
+            if progress:
+                progress("compare original and optimized")
+            report.bench = _compare_files(in_path, out_path, backend=_bench_backend(args.target),
+                                          batch=_batches(args.batch)[0], precision=args.precision, rounds=args.runs)
+    except BaseException:
+        if written:  # never a file this run did not write (an output path refused as the input, say)
+            _remove_output(out_path)
+        raise
     finally:
         if progress:
             progress.stop()
     report.render(console)
-    console.print(f"wrote {out_path}")
     if args.report:
-        with open(args.report, "w") as f:
-            f.write(report.to_json())
-    return 0 if report.verify is None or report.verify["passed"] else 1
+        _write_report(args.report, report.to_json(), in_path, out_path)
+    if report.verify is not None and not report.verify["passed"]:
+        _remove_output(out_path)
+        console.print(f"verification failed: {out_path} not written")
+        return 1
+    if report.bench is not None:
+        from .compare import summary  # noqa: PLC0415
+
+        console.print(f"speed: {summary(report.bench)}", highlight=False)
+        if report.bench["slower"] and getattr(args, "require_faster", False):
+            _remove_output(out_path)
+            console.print(f"--require-faster: the optimized model is slower; {out_path} not written")
+            return 3
+    console.print(f"wrote {out_path}")
+    return 0
+
+
+def _write_report(path: str, text: str, *models: str) -> None:
+    if any(os.path.exists(path) and os.path.exists(m) and os.path.samefile(path, m) for m in models):
+        raise EpifuseError("--report would overwrite a model; choose another file", path=path)
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise EpifuseError(f"cannot write the report: {e.strerror}", path=path) from None
+
+
+def _bench_backend(target: str) -> str:
+    if target == "tensorrt":
+        raise EpifuseError("--bench times ONNX Runtime models; for TensorRT use `epifuse build-engine` and "
+                           "`epifuse bench PLAN --backend tensorrt`")
+    return target
+
+
+def _compare_files(original: str, optimized: str, **kwargs) -> dict:
+    from .compare import compare  # noqa: PLC0415
+    from .passes.load import load_model  # noqa: PLC0415
+
+    return compare(load_model(original), load_model(optimized), **kwargs)
 
 
 def cmd_optimize(args, console: Console) -> int:
-    return _run_optimize(args, console, args.model, args.output)
+    if args.require_faster and not args.bench:
+        raise EpifuseError("--require-faster needs --bench")
+    return _run_optimize(args, console, args.model, args.output, bench=args.bench)
+
+
+def cmd_compare(args, console: Console) -> int:
+    from rich.progress import Progress  # noqa: PLC0415
+
+    from .compare import summary  # noqa: PLC0415
+
+    for path in (args.original, args.optimized):
+        if not os.path.isfile(path):
+            raise EpifuseError("no such file", path=path)
+    backend = args.backend or _available_backend(console)
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("compare", total=args.runs)
+        result = _compare_files(args.original, args.optimized, backend=backend, batch=args.batch,
+                                precision=args.precision, rounds=args.runs,
+                                progress=lambda done, total: bar.update(task, completed=done))
+    console.print(summary(result), highlight=False)
+    if args.report:
+        _write_report(args.report, json.dumps(result, indent=2), args.original, args.optimized)
+    if result["slower"] and args.require_faster:
+        console.print("--require-faster: the optimized model is slower")
+        return 3
+    return 0
+
+
+def _available_backend(console: Console) -> str:
+    """ort-cuda where onnxruntime has the CUDA EP and a GPU is present, else ort-cpu (said in one line)."""
+    from .measure import cuda_device_name  # noqa: PLC0415
+
+    try:
+        import onnxruntime as ort  # noqa: PLC0415
+
+        if "CUDAExecutionProvider" in ort.get_available_providers() and cuda_device_name():
+            return "ort-cuda"
+    except ImportError:
+        pass
+    console.print("no CUDA device or onnxruntime-gpu here: using --backend ort-cpu", highlight=False)
+    return "ort-cpu"
 
 
 def cmd_verify(args, console: Console) -> int:
@@ -79,7 +189,8 @@ def cmd_inspect(args, console: Console) -> int:
     from .passes.load import load_model  # noqa: PLC0415
 
     model = load_model(args.model)
-    _, report = optimize_model(model, target=args.target, report=Report(model=args.model), stop_after="fuse")
+    _, report = optimize_model(model, target=args.target, precision=args.precision, report=Report(model=args.model),
+                               stop_after="fuse", policy=_policy(args))
     report.render(console)
     return 0
 
@@ -93,6 +204,10 @@ def cmd_demo(args, console: Console) -> int:
     onnx.save(zoo.default_model(), src)
     console.print(f"embedded default model ({zoo.DEFAULT_MODEL}) written to {src}")
     args.verify = True
+    if args.target == "ort-cpu":  # the speed-up on this machine's CPU, next to the verify line
+        args.runs = 20
+        return _run_optimize(args, console, src, os.path.join(folder, f"{zoo.DEFAULT_MODEL}.epifuse.onnx"),
+                             bench=True)
     return _run_optimize(args, console, src, os.path.join(folder, f"{zoo.DEFAULT_MODEL}.epifuse.onnx"))
 
 
@@ -104,6 +219,10 @@ def cmd_bench(args, console: Console) -> int:
 
     if not os.path.isfile(args.model):
         raise EpifuseError("no such file", path=args.model)
+    if args.backend is None:
+        args.backend = _available_backend(console)
+    if args.runs < 1 or args.warmup < 0:
+        raise EpifuseError(f"--runs must be at least 1 and --warmup not negative (got {args.runs}, {args.warmup})")
     if args.prefer_nhwc and args.backend != "ort-cuda":
         raise EpifuseError(f"--prefer-nhwc applies to --backend ort-cuda, not {args.backend}", path=args.model)
     with Progress(console=console, transient=True) as bar:
@@ -118,8 +237,7 @@ def cmd_bench(args, console: Console) -> int:
                   f"{result['throughput_per_s']:.1f}")
     console.print(table)
     if args.report:
-        with open(args.report, "w") as f:
-            f.write(json.dumps(result, indent=2))
+        _write_report(args.report, json.dumps(result, indent=2), args.model)
     return 0
 
 
@@ -128,7 +246,27 @@ def cmd_tune(args, console: Console) -> int:
 
     if not os.path.isfile(args.model):
         raise EpifuseError("no such file", path=args.model)
-    console.print(f"tuned every FusedConv of {args.model}; winners cached in {run_tune(args.model, batch=args.batch)}")
+    if args.export_costs:
+        return _export_costs(args, console)
+    console.print(f"tuned every FusedConv of {args.model}; winners cached in "
+                  f"{run_tune(args.model, batch=_batches(args.batch)[0])}")
+    return 0
+
+
+def _export_costs(args, console: Console) -> int:
+    """Measures every fusion candidate of an original model on this machine's target and writes the
+    times as a costs file, for `epifuse optimize --costs FILE` on a machine without this target."""
+    from .passes.load import load_model  # noqa: PLC0415
+
+    model = load_model(args.model)
+    if any(n.domain == "epifuse" for n in model.graph.node):
+        raise EpifuseError("--export-costs measures the candidates of an original model; this one is already "
+                           "optimized", path=args.model)
+    policy = FusionPolicy(mode="auto", measure_budget_s=args.measure_budget, batches=_batches(args.batch),
+                          export_costs=args.export_costs)
+    _, report = optimize_model(model, target=args.target, precision=args.precision, report=Report(model=args.model),
+                               stop_after="fuse", policy=policy)
+    report.render(console)
     return 0
 
 
@@ -140,13 +278,45 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--target", choices=TARGETS, default="ort-cpu", help="runtime the model is made for")
         p.add_argument("--precision", choices=PRECISIONS, default="fp32")
         p.add_argument("--report", metavar="FILE.json", help="also write the report as JSON")
+        decisions(p)
+
+    def decisions(p):
+        p.add_argument("--fuse", choices=("auto", "static", "always"), default=None,
+                       help="auto (default, or $EPIFUSE_FUSE): fuse where measured faster than the runtime's own "
+                            "nodes, else by the static policy; static: the static policy only; always: wherever "
+                            "a kernel exists (may be slower)")
+        p.add_argument("--costs", metavar="FILE.json",
+                       help="times measured on the target by `epifuse tune --export-costs` (instead of measuring here)")
+        p.add_argument("--costs-device", metavar="NAME", help="which device of a costs file holding several")
+        p.add_argument("--measure-budget", type=float, default=30.0, metavar="SECONDS",
+                       help="at most this long measuring candidates (default 30; the cache makes reruns free)")
+        p.add_argument("--batch", default="1", metavar="N[,N...]",
+                       help="batch sizes to decide for where the batch dimension is symbolic (default 1)")
 
     p = sub.add_parser("optimize", help="optimize a model")
     p.add_argument("model")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--verify", action="store_true", help="compare with the original on ONNX Runtime CPU")
+    p.add_argument("--bench", action="store_true",
+                   help="time original and optimized on the target in one process, interleaved, and print the speed-up")
+    p.add_argument("--require-faster", action="store_true",
+                   help="with --bench: exit 3 and write nothing when the optimized model is slower")
+    p.add_argument("--runs", type=int, default=30, help="--bench rounds (default 30)")
     common(p)
     p.set_defaults(func=cmd_optimize)
+
+    p = sub.add_parser("compare", help="time an original and its optimized model in one process, interleaved")
+    p.add_argument("original")
+    p.add_argument("optimized")
+    p.add_argument("--backend", choices=("ort-cpu", "ort-cuda"), default=None,
+                   help="default: ort-cuda where a GPU and onnxruntime-gpu are present, else ort-cpu")
+    p.add_argument("--batch", type=int, default=1, help="value for a symbolic batch dimension")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp16/bf16: compare with the original in that precision (epifuse's precision pass alone)")
+    p.add_argument("--runs", type=int, default=30, help="interleaved rounds (default 30)")
+    p.add_argument("--require-faster", action="store_true", help="exit 3 when the optimized model is slower")
+    p.add_argument("--report", metavar="FILE.json")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("verify", help="compare an optimized model with its original on ONNX Runtime")
     p.add_argument("original")
@@ -158,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="what would fuse, and why not where not")
     p.add_argument("model")
     p.add_argument("--target", choices=TARGETS, default="ort-cpu")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    decisions(p)
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("demo", help="optimize and verify the embedded default model")
@@ -167,8 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="latency percentiles and throughput on ONNX Runtime")
     p.add_argument("model")
-    p.add_argument("--backend", choices=("ort-cuda", "ort-cpu", "tensorrt"), default="ort-cuda",
-                   help="tensorrt: MODEL is a plan built by `epifuse build-engine`")
+    p.add_argument("--backend", choices=("ort-cuda", "ort-cpu", "tensorrt"), default=None,
+                   help="default: ort-cuda where a GPU and onnxruntime-gpu are present, else ort-cpu; "
+                        "tensorrt: MODEL is a plan built by `epifuse build-engine`")
     p.add_argument("--batch", type=int, default=1, help="value for a symbolic batch dimension")
     p.add_argument("--fp16", action="store_true", help="optimize to fp16 in memory first (epifuse --precision fp16)")
     p.add_argument("--prefer-nhwc", action="store_true",
@@ -178,9 +351,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="FILE.json")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("tune", help="time every valid kernel of each FusedConv once on the CUDA EP and cache the winners")
+    p = sub.add_parser("tune", help="time every valid kernel of each FusedConv once on the CUDA EP and cache the "
+                                    "winners; with --export-costs, measure an original model's fusion candidates")
     p.add_argument("model")
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--batch", default="1", metavar="N[,N...]")
+    p.add_argument("--export-costs", metavar="FILE.json",
+                   help="write the measured times of MODEL's (original) fusion candidates on this machine, for "
+                        "`epifuse optimize --costs FILE` elsewhere")
+    p.add_argument("--target", choices=("ort-cuda", "ort-cpu"), default="ort-cuda", help="with --export-costs")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp16", help="with --export-costs")
+    p.add_argument("--measure-budget", type=float, default=600.0, metavar="SECONDS", help="with --export-costs")
     p.set_defaults(func=cmd_tune)
 
     add_build_engine_command(sub)

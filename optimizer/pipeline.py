@@ -3,14 +3,19 @@ input layout (ort-cuda) → cleanup → save."""
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from .costs import Costs, CostTable, FileCosts, MeasuredCosts, default_cache_path
+from .decide import MODES, Decider
+from .errors import EpifuseError
 from .passes.canonicalize import canonicalize
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
@@ -29,6 +34,71 @@ from .report import Report
 G_LOGGER.severity = G_LOGGER.ERROR  # gs warns about optional colour output on first use
 TARGETS = ("ort-cpu", "ort-cuda", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+@dataclass
+class FusionPolicy:
+    """How the fuse pass decides what fuses (optimizer.decide).
+
+    `mode`: "auto" (measured or costs-file times, else the static policy), "static" or "always"; None
+    reads $EPIFUSE_FUSE, default "auto". `costs_file`: times measured earlier on the target (`epifuse
+    tune --export-costs`); without one, "auto" measures on this machine where it can run the target
+    (ort-cpu always; ort-cuda with a GPU, onnxruntime-gpu and a CUDA build), within `measure_budget_s`
+    seconds, caching what it measured in `cache_path`. `batches`: the batch sizes a symbolic batch
+    dimension is decided for (a candidate fuses only where faster at each). `timer`: a measuring timer
+    to use instead of ONNX Runtime's (tests)."""
+
+    mode: str | None = None
+    costs_file: str | None = None
+    costs_device: str | None = None
+    measure_budget_s: float = 30.0
+    batches: tuple[int, ...] = (1,)
+    timer: object | None = None
+    cache_path: str | None = None
+    clock: object = time.perf_counter
+    export_costs: str | None = None
+
+    def resolved_mode(self) -> str:
+        mode = self.mode or os.environ.get("EPIFUSE_FUSE", "auto")
+        if mode not in MODES:
+            raise EpifuseError(f"unknown fusion mode {mode!r} (one of {', '.join(MODES)}; from EPIFUSE_FUSE?)")
+        return mode
+
+
+def _timer_for(target: str):
+    """ONNX Runtime's timer for `target` on this machine, or (None, why not)."""
+    from . import measure  # noqa: PLC0415 (onnxruntime and the native library load on first use)
+
+    if target == "ort-cpu":
+        return measure.OrtCpuTimer(), ""
+    if target == "ort-cuda":
+        why = measure.cuda_measuring_unavailable()
+        return (None, why) if why else (measure.OrtCudaTimer(), "")
+    return None, "TensorRT candidates are not timed one by one"
+
+
+def make_decider(policy: FusionPolicy, target: str, precision: str, report: Report) -> Decider:
+    mode = policy.resolved_mode()
+    costs: Costs = Costs()
+    if mode == "auto":
+        if policy.costs_file:
+            costs = FileCosts(policy.costs_file, policy.costs_device)
+        else:
+            timer, why = (policy.timer, "") if policy.timer is not None else _timer_for(target)
+            if timer is not None:
+                cache_path = policy.cache_path or default_cache_path()
+                try:
+                    cache = CostTable.load(cache_path, missing_ok=True)
+                except EpifuseError:
+                    cache = CostTable()  # an unreadable cache is measured afresh and rewritten
+                costs = MeasuredCosts(timer, budget_s=policy.measure_budget_s, cache=cache, cache_path=cache_path,
+                                      clock=policy.clock)
+            else:
+                costs.description = f"no measurement ({why})"
+    if policy.export_costs and not isinstance(costs, MeasuredCosts):
+        raise EpifuseError(f"--export-costs needs measuring on the target here ({costs.description})")
+    report.costs = f"{mode}: {costs.description}"
+    return Decider(target, precision, mode, costs, policy.batches)
 
 
 def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
@@ -54,21 +124,22 @@ def _timed(report: Report, name: str, progress=None, free_memory: bool = False):
 
 def optimize_model(model: onnx.ModelProto, *, target: str = "ort-cpu", precision: str = "fp32",
                    report: Report | None = None, kernel_query=None, progress=None,
-                   stop_after: str | None = None) -> tuple[onnx.ModelProto, Report]:
+                   stop_after: str | None = None, policy: FusionPolicy | None = None) -> tuple[onnx.ModelProto, Report]:
     """Runs every pass on a validated model, in memory. `kernel_query(target, desc) -> (count, reason)`
-    defaults to the kernel registry in libepifuse_core; `stop_after="fuse"` is what `inspect` uses."""
+    defaults to the kernel registry in libepifuse_core; `stop_after="fuse"` is what `inspect` uses;
+    `policy` says how fusions are decided (default: FusionPolicy())."""
     report = report or Report()
     with _timed(report, "import", progress):
         graph = gs.import_onnx(model)
     split, report = optimize_graph(graph, skeleton(model, keep_small=False, weights_as_inputs=False),
                                    target=target, precision=precision, report=report, kernel_query=kernel_query,
-                                   progress=progress, stop_after=stop_after)
+                                   progress=progress, stop_after=stop_after, policy=policy)
     return split.to_model(), report
 
 
 def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, precision: str, report: Report,
                    kernel_query=None, progress=None, stop_after: str | None = None,
-                   free_memory: bool = False) -> tuple[SplitModel, Report]:
+                   free_memory: bool = False, policy: FusionPolicy | None = None) -> tuple[SplitModel, Report]:
     """The passes on an imported graph; `template` is the original model's skeleton. With
     `free_memory`, replaced weights are collected after every pass (large models)."""
     if target not in TARGETS:
@@ -88,8 +159,16 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         graph = pool_as_conv(graph, report, target)
     with _timed(report, "fold_batchnorm", progress, free_memory):
         graph = fold_batchnorm(graph, report)
+    decider = make_decider(policy or FusionPolicy(), target, precision, report)
     with _timed(report, "fuse_conv", progress, free_memory):
-        graph = fuse_conv(graph, report, target, kernel_query)
+        graph = fuse_conv(graph, report, target, kernel_query, decider)
+    if isinstance(decider.costs, MeasuredCosts):
+        decider.costs.save_cache()
+        report.pass_seconds["fuse_conv"] -= decider.costs.seconds
+        report.pass_seconds["measure"] = decider.costs.seconds
+        if policy and policy.export_costs:
+            report.notes.append(f"{decider.costs.export(policy.export_costs)} measurements written to "
+                                f"{policy.export_costs}")
     if stop_after != "fuse":
         with _timed(report, "layout", progress, free_memory):
             graph = layout(graph, report)
@@ -107,7 +186,7 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
 
 
 def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", precision: str = "fp32",
-                  progress=None, kernel_query=None) -> Report:
+                  progress=None, kernel_query=None, policy: FusionPolicy | None = None) -> Report:
     """Optimizes the file `in_path` into `out_path` holding one copy of the weights at a time:
     the parsed protobuf until the graph has them as arrays, then the arrays, streamed to disk."""
     check_output_path(out_path, in_path)
@@ -122,11 +201,12 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
         template = skeleton(model, keep_small=False, weights_as_inputs=False)
         del model
     optimized, report = optimize_graph(graph, template, target=target, precision=precision, report=report,
-                                       progress=progress, kernel_query=kernel_query, free_memory=True)
+                                       progress=progress, kernel_query=kernel_query, free_memory=True,
+                                       policy=policy)
     del graph
     with _timed(report, "save", progress):
         save_model(optimized, out_path, in_path)
     return report
 
 
-__all__ = ["optimize_model", "optimize_file", "validate", "TARGETS", "PRECISIONS"]
+__all__ = ["optimize_model", "optimize_file", "validate", "FusionPolicy", "TARGETS", "PRECISIONS"]

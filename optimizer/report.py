@@ -14,6 +14,20 @@ class Skipped:
 
 
 @dataclass
+class Decision:
+    """One fusion candidate: its times (µs per call, one per batch size asked for) and the verdict."""
+
+    node: str
+    pattern: str
+    fused: bool
+    reason: str
+    batches: list[int] = field(default_factory=list)
+    ours_us: list[float] = field(default_factory=list)
+    runtime_us: list[float] = field(default_factory=list)
+    source: str = ""
+
+
+@dataclass
 class Report:
     model: str = ""
     target: str = "ort-cpu"
@@ -26,6 +40,8 @@ class Report:
     bn_to_affine: int = 0                                     # BN with no foldable producer -> Mul+Add
     fusions: Counter = field(default_factory=Counter)         # "activation/residual" -> count
     skipped: list[Skipped] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    costs: str = ""                                           # where the decisions' times came from
     transposes_inserted: int = 0
     transposes_removed: int = 0
     activation_bytes_saved: int = 0                           # per image, written + read
@@ -33,9 +49,20 @@ class Report:
     pass_seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     verify: dict | None = None
+    bench: dict | None = None                                 # optimize --bench: optimizer.compare's result
 
     def skip(self, node, reason: str) -> None:
         self.skipped.append(Skipped(node.name, node.op, reason))
+
+    def decide(self, node, pattern: str, verdict) -> None:
+        timed = verdict.measured()
+        self.decisions.append(Decision(
+            node.name, pattern, verdict.fuse, verdict.reason,
+            [t.batch for t in verdict.timings] if timed else [],
+            [round(t.ours_us, 2) for t in verdict.timings] if timed else [],
+            [round(t.runtime_us, 2) for t in verdict.timings] if timed else [],
+            verdict.timings[0].source if timed else "static policy" if not verdict.reason.startswith("fused wherever")
+            else "fuse=always"))
 
     def fused_count(self) -> int:
         return sum(self.fusions.values())
@@ -78,6 +105,8 @@ class Report:
                 act, res = key.split("/")
                 fused.add_row(act, res, str(n))
             console.print(fused)
+        if self.decisions:
+            console.print(self.decision_table())
         if self.skipped:
             skipped = Table(title="not fused")
             skipped.add_column("node")
@@ -86,6 +115,8 @@ class Report:
             for s in self.skipped:
                 skipped.add_row(s.node, s.op, s.reason)
             console.print(skipped)
+        if self.costs:
+            console.print(f"[dim]decisions:[/dim] {self.costs}", highlight=False)
         for note in self.notes:
             console.print(f"[dim]note:[/dim] {note}")
         if self.verify:
@@ -93,6 +124,21 @@ class Report:
             status = "[green]PASS[/green]" if v["passed"] else "[red]FAIL[/red]"
             console.print(f"verify on {v['provider']}: {status} — worst relative L2 error "
                           f"{v['worst_rel_l2']:.2e} (bound {v['tolerance']:.0e}) over {v['outputs']} outputs")
+
+
+    def decision_table(self):
+        """Every candidate with both times (µs per call at each batch size) and the decision."""
+        from rich.table import Table  # noqa: PLC0415
+
+        table = Table(title="fusion decisions (µs per call: FusedConv / runtime's own nodes)")
+        for col in ("node", "pattern", "batch", "FusedConv µs", "runtime µs", "fused", "why"):
+            table.add_column(col, justify="right" if col.endswith("µs") or col == "batch" else "left")
+        for d in self.decisions:
+            table.add_row(d.node, d.pattern, ", ".join(map(str, d.batches)) or "–",
+                          ", ".join(f"{v:.1f}" for v in d.ours_us) or "–",
+                          ", ".join(f"{v:.1f}" for v in d.runtime_us) or "–",
+                          "[green]yes[/green]" if d.fused else "no", d.reason)
+        return table
 
 
 def _counts(c: Counter) -> str:

@@ -43,13 +43,17 @@ def library_path(name: str = ORT_LIBRARY) -> Path:
     )
 
 
-def session_options(**opts):
+def session_options(allow_spinning: bool = True, **opts):
     """``ort.SessionOptions`` with the epifuse custom-op library registered; keyword arguments
-    set attributes of the options (e.g. ``intra_op_num_threads=2``)."""
+    set attributes of the options (e.g. ``intra_op_num_threads=2``). ``allow_spinning=False`` keeps
+    the thread pools from spinning after a run (for timing two sessions in turn)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.register_custom_ops_library(str(library_path(ORT_LIBRARY)))
+    if not allow_spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     for key, value in opts.items():
         if not hasattr(so, key):
             raise AttributeError(f"onnxruntime.SessionOptions has no attribute {key!r}")

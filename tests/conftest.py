@@ -1,5 +1,13 @@
-"""GPU tests (marker `gpu`) need torch with CUDA; they are skipped elsewhere with the reason."""
+"""GPU tests (marker `gpu`) need torch with CUDA; they are skipped elsewhere with the reason.
+
+The tests of the rewrites fuse wherever a kernel exists (EPIFUSE_FUSE=always): what they check is the
+graph a fusion writes, not whether it pays on this machine. The cost decision has its own tests
+(test_decide.py, test_costs.py, test_never_slower.py), which choose the mode explicitly."""
+import os
+
 import pytest
+
+os.environ.setdefault("EPIFUSE_FUSE", "always")
 
 
 def _cuda_available() -> tuple[bool, str]:

@@ -8,8 +8,13 @@ Preconditions, checked in plain sight for every conv:
 - the residual has exactly the output's shape (no broadcast), is not a constant and is not
   computed from the conv's own output (that would be a cycle);
 - the kernel registry has a kernel for the case on the chosen target (dtype, group, alignment).
-Where the full pattern cannot fuse, smaller ones are tried (activation only, then the conv
-alone, which still moves the conv into the NHWC region); every refusal is in the report.
+Where the full pattern has no kernel, smaller ones are tried (activation only, then the conv
+alone, which still moves the conv into the NHWC region); every refusal is in the report. The
+largest candidate with a kernel then fuses only where the decider (optimizer.decide) finds it faster
+than what the runtime runs for the same nodes; every candidate, fused or not, is in the report's
+decisions with its times. Candidates are all chosen before any is rewritten, so a region's choice
+can weigh its neighbours; a node goes to the first conv (in topological order) whose fused pattern
+takes it.
 
 The fused node reads and writes NHWC, so it is wrapped in Transposes here; the layout pass
 cancels the pairs that meet between neighbouring NHWC ops.
@@ -22,11 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .. import contract
+from .. import contract, registry
 from ..activations import ActivationMatch, match_activation
+from ..costs import DTYPE_NAMES, concrete_groups
+from ..decide import Decider, Verdict
 from ..graph import (NCHW_TO_NHWC, NHWC_TO_NCHW, add_transpose, constant_value, depends_on,
                      ensure_domain, itemsize, make_constant, make_variable, numel_per_image, same_shape,
                      shape_of, unique_name)
+from ..registry import ConvDesc
 from ..report import Report
 
 DTYPE_CODES = {np.dtype(np.float32): 1, np.dtype(np.float16): 10}
@@ -36,6 +44,7 @@ try:
     DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = 16
 except ImportError:  # pragma: no cover - onnx depends on ml_dtypes
     pass
+LOW_PRECISION_CODES = {"fp16": 10, "bf16": 16}
 
 
 @dataclass
@@ -129,10 +138,34 @@ def _describe(c: Candidate) -> str:
     return f"{c.activation}" + (f" with residual {c.residual}" if c.residual != "none" else "")
 
 
+@dataclass
+class Plan:
+    """The candidate chosen for one conv, and whether it fuses."""
+
+    conv: gs.Node
+    params: ConvParams
+    candidate: Candidate
+    verdict: Verdict
+
+    @property
+    def nodes(self) -> list[gs.Node]:
+        return [self.conv, *self.candidate.nodes]
+
+    @property
+    def inputs(self) -> list[gs.Tensor]:
+        return [self.conv.inputs[0]] + ([self.candidate.z] if self.candidate.z is not None else [])
+
+    @property
+    def output(self) -> gs.Tensor:
+        return self.candidate.output
+
+
 class _Fuser:
-    def __init__(self, graph: gs.Graph, report: Report, target: str, kernel_query):
+    def __init__(self, graph: gs.Graph, report: Report, target: str, kernel_query, decider: Decider):
         self.graph, self.report, self.target, self.kernel_query = graph, report, target, kernel_query
+        self.decider = decider
         self.nhwc_of: dict[str, gs.Tensor] = {}
+        self.claimed: set[int] = set()  # nodes of candidates that fuse: not for a later conv's pattern
 
     def to_nhwc(self, t: gs.Tensor) -> gs.Tensor:
         if t.name not in self.nhwc_of:
@@ -140,38 +173,58 @@ class _Fuser:
             self.report.transposes_inserted += 1
         return self.nhwc_of[t.name]
 
+    def dtype_code(self, weight: np.ndarray) -> int:
+        """The dtype the FusedConv will run in: the precision pass makes every FusedConv low precision."""
+        low = LOW_PRECISION_CODES.get(self.decider.precision)
+        return low if low is not None and np.dtype(weight.dtype) == np.float32 else DTYPE_CODES[np.dtype(weight.dtype)]
+
     def desc(self, conv: gs.Node, p: ConvParams, c: Candidate) -> dict:
         x_shape = shape_of(conv.inputs[0]) or [None] * 4
         known = [d if isinstance(d, int) and d >= 0 else -1 for d in x_shape]
         k, r, s, cg = p.weight.shape[0], p.weight.shape[2], p.weight.shape[3], p.weight.shape[1]
-        return dict(dtype=DTYPE_CODES[np.dtype(p.weight.dtype)], N=known[0], H=known[2], W=known[3],
+        return dict(dtype=self.dtype_code(p.weight), N=known[0], H=known[2], W=known[3],
                     C=cg * p.group, K=k, R=r, S=s, group=p.group, stride_h=p.strides[0], stride_w=p.strides[1],
                     dil_h=p.dilations[0], dil_w=p.dilations[1], pad_top=p.pads[0], pad_left=p.pads[1],
                     pad_bottom=p.pads[2], pad_right=p.pads[3], activation=c.activation,
                     activation_params=tuple(c.params), residual=c.residual)
 
-    def fuse(self, conv: gs.Node) -> None:
+    def plan(self, conv: gs.Node) -> Plan | None:
+        """The largest candidate with a kernel, and the cost verdict on it; None (and the reason in the
+        report) where nothing has a kernel."""
         params = _conv_params(conv)
         if isinstance(params, str):
             self.report.skip(conv, f"not fused: {params}")
-            return
-        candidates = _candidates(self.graph, conv.outputs[0])
+            return None
+        candidates = [c for c in _candidates(self.graph, conv.outputs[0])
+                      if not any(id(n) in self.claimed for n in c.nodes)]
         refused = []
         for cand in candidates:
-            count, reason = self.kernel_query(self.target, self.desc(conv, params, cand))
+            desc = self.desc(conv, params, cand)
+            count, reason = self.kernel_query(self.target, desc)
             if count > 0:
                 break
             refused.append(f"{_describe(cand)}: {reason}")
         else:
             self.report.skip(conv, "not fused: " + "; ".join(refused))
-            return
+            return None
         if refused:
-            self.report.skip(conv, f"fused as {_describe(cand)} only — " + "; ".join(refused))
+            self.report.skip(conv, f"{_describe(cand)} is the largest pattern with a kernel — " + "; ".join(refused))
         elif len(candidates) == 1 and len(conv.outputs[0].outputs) > 1:
             users = sorted({n.op for n in conv.outputs[0].outputs})
-            self.report.skip(conv, f"fused as identity only: the conv output also feeds {', '.join(users)} "
+            self.report.skip(conv, f"identity is the largest pattern: the conv output also feeds {', '.join(users)} "
                                    f"({len(conv.outputs[0].outputs)} consumers), so nothing after it can be fused")
-        self.rewrite(conv, params, cand)
+        verdict = self.decider.verdict(self.groups(conv, params, cand, desc), DTYPE_NAMES[desc["dtype"]],
+                                       lambda: registry.kernel_names(self.target, ConvDesc(**desc)), conv.name)
+        if verdict.fuse:
+            self.claimed.update(id(n) for n in cand.nodes)
+        return Plan(conv, params, cand, verdict)
+
+    def groups(self, conv: gs.Node, p: ConvParams, c: Candidate, desc: dict):
+        if self.decider.mode == "always":
+            return []
+        bias = p.bias if p.bias is not None else np.zeros(p.weight.shape[0], dtype=p.weight.dtype)
+        return concrete_groups(conv.name, [conv, *c.nodes], conv.inputs[0], c.z, c.output, p.weight, bias,
+                               ConvDesc(**desc), self.decider.batches)
 
     def rewrite(self, conv: gs.Node, p: ConvParams, c: Candidate) -> None:
         graph = self.graph
@@ -209,13 +262,21 @@ class _Fuser:
                     self.report.activation_bytes_saved += 2 * (numel_per_image(t) or 0) * itemsize(t)
 
 
-def fuse_conv(graph: gs.Graph, report: Report, target: str, kernel_query) -> gs.Graph:
-    """`kernel_query(target, desc) -> (count, reason)`: the kernel registry (optimizer.registry)."""
+def fuse_conv(graph: gs.Graph, report: Report, target: str, kernel_query, decider: Decider | None = None) -> gs.Graph:
+    """`kernel_query(target, desc) -> (count, reason)`: the kernel registry (optimizer.registry);
+    `decider`: which candidates with a kernel fuse (default: all of them)."""
     graph.toposort()
-    fuser = _Fuser(graph, report, target, kernel_query)
-    for i, conv in enumerate([n for n in graph.nodes if n.op == "Conv"]):
-        if conv.outputs:  # not consumed by an earlier fusion
-            fuser.fuse(conv)
+    decider = decider or Decider(target, "fp32", mode="always")
+    fuser = _Fuser(graph, report, target, kernel_query, decider)
+    plans = [p for p in (fuser.plan(conv) for conv in [n for n in graph.nodes if n.op == "Conv"]) if p is not None]
+    decider.choose_regions(graph, plans)
+    for i, plan in enumerate(plans):
+        if plan.verdict.fuse and not all(n.outputs for n in plan.nodes):
+            plan.verdict.fuse = False  # a region choice gave a node of its pattern to an earlier conv
+            plan.verdict.reason += "; its pattern overlaps one fused before it"
+        report.decide(plan.conv, "+".join(n.op for n in plan.nodes), plan.verdict)
+        if plan.verdict.fuse:
+            fuser.rewrite(plan.conv, plan.params, plan.candidate)
         if i % 16 == 15:
             gc.collect()  # the replaced OIHW filters are in gs's self-referencing tensors: free them as we go
     if report.fused_count():

@@ -1,0 +1,156 @@
+"""`epifuse compare` and `epifuse optimize --bench`: the original and the optimized model on the target,
+in one process, timed in interleaved rounds (the order alternates each round), so drift in the
+machine's speed falls on both alike. The speed-up is the ratio of the medians; its spread is the
+interquartile range of the per-round ratios. "Slower" means at least three rounds in four had the
+optimized model slower (the upper quartile of the ratios below 1), not a median a hair under 1.
+
+On ort-cuda each model runs as ONNX Runtime's best configuration would: CUDA graph on where the model
+allows it, device-resident inputs and outputs, and the better of prefer_nhwc off and on. With
+`precision` fp16 or bf16, the baseline is the original converted by epifuse's precision pass alone
+(no fusion), since ORT does not convert a model's precision itself.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import onnx
+
+from .errors import EpifuseError
+
+ROUND_SECONDS = 0.02
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
+    return q[0], q[2]
+
+
+def baseline(model: onnx.ModelProto, target: str, precision: str) -> onnx.ModelProto:
+    """What ONNX Runtime is compared against: the original, or for fp16/bf16 the original in that
+    precision with nothing fused."""
+    if precision == "fp32":
+        return model
+    from .pipeline import FusionPolicy, optimize_model  # noqa: PLC0415
+
+    converted, _ = optimize_model(model, target=target, precision=precision, policy=FusionPolicy(mode="always"),
+                                  kernel_query=lambda t, d: (0, "baseline: precision only"))
+    return converted
+
+
+def _feeds(model: onnx.ModelProto, batch: int) -> dict[str, np.ndarray]:
+    from .verify import random_inputs  # noqa: PLC0415
+
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for vi in fixed.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if dims and not dims[0].HasField("dim_value"):
+            dims[0].dim_value = batch
+    return random_inputs(fixed, seed=0)
+
+
+class _CpuRunner:
+    """The CPU EP with its default threads, spinning off: a pool that spins after its run would take a
+    core from the other model's run, which on a small machine costs either side 10-30% at random."""
+
+    def __init__(self, model: onnx.ModelProto, feeds: dict):
+        from .runtime import create_session  # noqa: PLC0415
+
+        self.session = create_session(model.SerializeToString(), backend="ort-cpu", allow_spinning=False)
+        self.feeds = feeds
+
+    def __call__(self) -> float:
+        start = time.perf_counter()
+        self.session.run(None, self.feeds)
+        return time.perf_counter() - start
+
+
+class _CudaRunner:
+    """One session on the CUDA EP with inputs and outputs bound on the device; CUDA graph where the
+    model allows it (every node on the CUDA EP)."""
+
+    def __init__(self, model: onnx.ModelProto, feeds: dict, prefer_nhwc: bool):
+        import onnxruntime as ort  # noqa: PLC0415
+
+        from .runtime import create_session  # noqa: PLC0415
+
+        data = model.SerializeToString()
+        probe = create_session(data, backend="ort-cuda", prefer_nhwc=prefer_nhwc)
+        outputs = probe.run(None, feeds)  # the output shapes, for buffers a graph can keep
+        names = [o.name for o in probe.get_outputs()]
+        del probe
+        for graph in (True, False):
+            try:
+                self.session = create_session(data, backend="ort-cuda", cuda_graph=graph, prefer_nhwc=prefer_nhwc)
+                self.binding = self.session.io_binding()
+                for name, value in feeds.items():
+                    self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, "cuda", 0))
+                for name, value in zip(names, outputs):
+                    self.binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_shape_and_type(
+                        value.shape, value.dtype, "cuda", 0))
+                for _ in range(2):  # the first run with a graph captures it
+                    self.session.run_with_iobinding(self.binding)
+                self.cuda_graph = graph
+                return
+            except Exception:  # noqa: BLE001 (a node outside the CUDA EP: run without the graph)
+                if not graph:
+                    raise
+
+    def __call__(self) -> float:
+        start = time.perf_counter()
+        self.session.run_with_iobinding(self.binding)
+        return time.perf_counter() - start
+
+
+def _runners(model: onnx.ModelProto, feeds: dict, backend: str) -> list:
+    if backend == "ort-cpu":
+        return [_CpuRunner(model, feeds)]
+    return [_CudaRunner(model, feeds, prefer_nhwc) for prefer_nhwc in (False, True)]
+
+
+def _best(runners: list, warmup: int) -> object:
+    """The fastest of a model's configurations, by the median of a few runs each."""
+    if len(runners) == 1:
+        return runners[0]
+    return min(runners, key=lambda r: statistics.median(r() for _ in range(max(warmup, 3))))
+
+
+def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, *, backend: str, batch: int = 1,
+            precision: str = "fp32", rounds: int = 30, warmup: int = 3, progress=None) -> dict:
+    """Interleaved timing of `original` (its baseline, see `baseline`) and `optimized` on `backend`."""
+    if backend not in ("ort-cpu", "ort-cuda"):
+        raise EpifuseError(f"compare runs on ort-cpu or ort-cuda, not {backend}")
+    if rounds < 2:
+        raise EpifuseError(f"--runs must be at least 2, got {rounds}")
+    reference = baseline(original, backend, precision)
+    feeds = _feeds(reference, batch)
+    sides = [_best(_runners(m, feeds, backend), warmup) for m in (reference, optimized)]
+    for _ in range(warmup):
+        for run in sides:
+            run()
+    # a round runs each model for about ROUND_SECONDS, so a sub-millisecond model is not timed by one call
+    calls = max(1, min(1000, int(ROUND_SECONDS / max(min(run() for run in sides), 1e-6))))
+    times: list[list[float]] = [[], []]
+    for r in range(rounds):
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        for i in order:
+            times[i].append(sum(sides[i]() for _ in range(calls)) * 1e3 / calls)
+        if progress:
+            progress(r + 1, rounds)
+    ratios = [a / b for a, b in zip(*times)]
+    q1, q3 = _quartiles(ratios)
+    original_ms, optimized_ms = statistics.median(times[0]), statistics.median(times[1])
+    return {"backend": backend, "batch": int(next(iter(feeds.values())).shape[0]) if feeds else batch,
+            "precision": precision, "rounds": rounds, "original_ms": original_ms, "optimized_ms": optimized_ms,
+            "speedup": original_ms / optimized_ms, "speedup_q1": q1, "speedup_q3": q3, "slower": q3 < 1.0,
+            "cuda_graph": [getattr(s, "cuda_graph", False) for s in sides]}
+
+
+def summary(result: dict) -> str:
+    verdict = "[red]slower[/red]" if result["slower"] else "faster" if result["speedup_q1"] > 1.0 else "about the same"
+    return (f"{result['backend']}, batch {result['batch']}, {result['precision']}: original "
+            f"{result['original_ms']:.3f} ms, optimized {result['optimized_ms']:.3f} ms — speed-up "
+            f"{result['speedup']:.2f}x (interquartile {result['speedup_q1']:.2f}-{result['speedup_q3']:.2f}x over "
+            f"{result['rounds']} interleaved rounds): {verdict}")

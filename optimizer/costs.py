@@ -1,0 +1,291 @@
+"""Where the fusion decision's times come from.
+
+A fusion group is one candidate of the fuse pass: a conv with the activation and residual Add it
+would absorb. Two times decide it: the FusedConv on the target (`ours_us`) and what the runtime runs
+for the same original nodes (`runtime_us`). They come, in order of preference, from
+
+- a measurement on the machine that optimizes (`MeasuredCosts`: ONNX Runtime on the CPU, or on the
+  GPU when one is present and the library has its CUDA kernels), kept in a cache beside the tuning
+  cache so a second run measures nothing;
+- a costs file measured earlier on the target (`FileCosts`, written by `epifuse tune --export-costs`),
+  for optimizing on a machine without the target's GPU;
+- nothing: the decision then falls back to the static policy in `optimizer.decide`.
+
+Entries are keyed by device, library versions, dtype and problem (`FusionGroup.key`). A costs file is
+matched on device and problem only: the machine that reads it need not have the target's runtime.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from .errors import EpifuseError
+from .registry import ConvDesc
+
+COSTS_FORMAT = "epifuse-costs/1"
+DTYPE_NAMES = {1: "fp32", 10: "fp16", 16: "bf16"}
+
+
+@dataclass
+class FusionGroup:
+    """One candidate at one batch size, with concrete shapes: the original nodes (NCHW) and the
+    FusedConv problem that would replace them."""
+
+    name: str                         # the conv node, as the report names it
+    pattern: str                      # the original ops, e.g. "Conv+Sigmoid+Mul+Add"
+    desc: ConvDesc                    # the FusedConv problem, in the dtype it will run in
+    nodes: list[gs.Node]              # the original nodes, producer first
+    x: gs.Tensor                      # their data input, the residual (or None) and the output
+    z: gs.Tensor | None
+    y: gs.Tensor
+    x_shape: tuple[int, ...]          # concrete shapes (NCHW, or [N, C] for a Gemm)
+    z_shape: tuple[int, ...] | None
+    weight: np.ndarray                # the conv's filter, OIHW, and bias, as the graph holds them
+    bias: np.ndarray
+
+    @property
+    def dtype(self) -> str:
+        return DTYPE_NAMES[self.desc.dtype]
+
+    @property
+    def key(self) -> str:
+        d = self.desc
+        act = d.activation + (f"({','.join(f'{p:g}' for p in d.activation_params)})" if d.activation_params else "")
+        return (f"{self.pattern}|{self.dtype}|x{'x'.join(map(str, self.x_shape))}|k{d.K} {d.R}x{d.S} g{d.group} "
+                f"s{d.stride_h},{d.stride_w} d{d.dil_h},{d.dil_w} p{d.pad_top},{d.pad_left},{d.pad_bottom},"
+                f"{d.pad_right}|{act}|{d.residual}")
+
+
+def concrete_groups(name: str, nodes: list[gs.Node], x: gs.Tensor, z: gs.Tensor | None, y: gs.Tensor,
+                    weight: np.ndarray, bias: np.ndarray, desc: ConvDesc, batches) -> list[FusionGroup | None]:
+    """The candidate at each batch size in `batches` (a static batch dimension wins), None where a
+    shape is not fully known: what the measurements and the costs file are keyed by."""
+    x_shape = list(x.shape) if x.shape is not None else None
+    z_shape = list(z.shape) if z is not None and z.shape is not None else None
+    static = x_shape and isinstance(x_shape[0], int) and x_shape[0] > 0
+    groups = []
+    for batch in ([x_shape[0]] if static else batches):
+        def fix(shape):
+            if shape is None:
+                return None
+            shape = [batch if i == 0 and not (isinstance(d, int) and d > 0) else d for i, d in enumerate(shape)]
+            return tuple(shape) if all(isinstance(d, int) and d > 0 for d in shape) else None
+
+        xs, zs = fix(x_shape), fix(z_shape)
+        if xs is None or (z is not None and zs is None) or desc.H <= 0 or desc.W <= 0:
+            groups.append(None)
+            continue
+        pattern = "+".join(n.op for n in nodes)
+        groups.append(FusionGroup(name, pattern, replace(desc, N=batch), nodes, x, z, y, xs, zs, weight, bias))
+    return groups
+
+
+def transpose_key(shape, dtype: str) -> str:
+    return f"Transpose|{dtype}|x{'x'.join(map(str, shape))}"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Microseconds per call of the FusedConv and of the runtime's own nodes, and where they come from."""
+
+    ours_us: float
+    runtime_us: float
+    source: str
+    batch: int = 0
+
+
+@dataclass
+class CostTable:
+    """Measurements by (device, library, key): the measuring cache and the costs file's content."""
+
+    entries: dict[tuple[str, str, str], dict] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, missing_ok: bool = False) -> "CostTable":
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            if missing_ok:
+                return cls()
+            raise EpifuseError("no such costs file", path=str(path)) from None
+        except (OSError, ValueError) as e:
+            raise EpifuseError(f"cannot read costs file: {e}", path=str(path)) from None
+        if not isinstance(data, dict) or data.get("format") != COSTS_FORMAT:
+            raise EpifuseError(f"not an epifuse costs file (expected format {COSTS_FORMAT!r})", path=str(path))
+        table = cls()
+        for i, e in enumerate(data.get("measurements", [])):
+            try:
+                table.entries[(e["device"], e["library"], e["key"])] = {
+                    k: float(e[k]) for k in ("ours_us", "runtime_us") if k in e}
+            except (KeyError, TypeError, ValueError):
+                raise EpifuseError(f"measurement {i} lacks device, library, key or a number", path=str(path)) from None
+        return table
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Atomically, so a reader (or a second epifuse process) never sees half a file."""
+        path = Path(path)
+        if path.is_dir():
+            raise EpifuseError("is a folder, not a costs file", path=str(path))
+        if not path.parent.is_dir():
+            raise EpifuseError("folder does not exist", path=str(path))
+        rows = [{"device": d, "library": lib, "key": k, **v} for (d, lib, k), v in sorted(self.entries.items())]
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"format": COSTS_FORMAT, "measurements": rows}, f, indent=1)
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def devices(self) -> set[str]:
+        return {d for d, _, _ in self.entries}
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+class Costs:
+    """No times at all: every decision is the static policy's."""
+
+    description = "no measurement"
+
+    def group_timing(self, group: FusionGroup) -> Timing | None:
+        return None
+
+    def transpose_us(self, shape, dtype: str) -> float | None:
+        return None
+
+    def why_unknown(self, group: FusionGroup | None = None) -> str:
+        return "nothing measured"
+
+
+class FileCosts(Costs):
+    """A costs file measured on the target (`epifuse tune --export-costs`). Only keys it holds have times."""
+
+    def __init__(self, path: str, device: str | None = None):
+        self.path = path
+        self.table = CostTable.load(path)
+        devices = self.table.devices()
+        if device is None:
+            if len(devices) > 1:
+                raise EpifuseError(f"holds measurements of several devices ({', '.join(sorted(devices))}); "
+                                   "name one with --costs-device", path=path)
+            device = next(iter(devices), "")
+        elif device not in devices:
+            raise EpifuseError(f"has no measurements of device {device!r} (it has: {', '.join(sorted(devices))})",
+                               path=path)
+        self.device = device
+        self.by_key = {k: v for (d, _, k), v in self.table.entries.items() if d == device}
+        self.description = f"costs file {path} ({device})"
+
+    def group_timing(self, group: FusionGroup) -> Timing | None:
+        v = self.by_key.get(group.key)
+        if v is None or "ours_us" not in v or "runtime_us" not in v:
+            return None
+        return Timing(v["ours_us"], v["runtime_us"], f"costs file ({self.device})", group.desc.N)
+
+    def transpose_us(self, shape, dtype: str) -> float | None:
+        v = self.by_key.get(transpose_key(shape, dtype))
+        return v.get("runtime_us") if v else None
+
+    def why_unknown(self, group: FusionGroup | None = None) -> str:
+        return f"not in {self.path}"
+
+
+class MeasuredCosts(Costs):
+    """Times measured on this machine by `timer` (optimizer.measure.OrtTimer or a test's fake), within
+    `budget_s` seconds of `clock`, read from and added to the cache table `cache`."""
+
+    def __init__(self, timer, *, budget_s: float, cache: CostTable | None = None, cache_path: str | None = None,
+                 clock=time.perf_counter):
+        self.timer, self.budget_s, self.clock = timer, budget_s, clock
+        self.cache = cache if cache is not None else CostTable()
+        self.cache_path = cache_path
+        self.started: float | None = None
+        self.spent = False
+        self.seconds = 0.0                    # spent measuring (the cache's hits cost nothing)
+        self.measured: dict[str, dict] = {}   # this run's keys and values, cached or new (for --export-costs)
+        self.failures: dict[str, str] = {}    # keys that could not be measured, and why
+        self.description = f"measured on {timer.device} ({timer.library})"
+
+    def _lookup(self, key: str) -> dict | None:
+        return self.cache.entries.get((self.timer.device, self.timer.library, key))
+
+    def _in_budget(self) -> bool:
+        if self.started is None:
+            self.started = self.clock()
+        if self.clock() - self.started > self.budget_s:
+            self.spent = True
+        return not self.spent
+
+    def group_timing(self, group: FusionGroup) -> Timing | None:
+        v = self._lookup(group.key)
+        if v is None:
+            if not self._in_budget():
+                return None
+            start = self.clock()
+            try:
+                ours, runtime = self.timer.group_times(group)
+            except Exception as e:  # noqa: BLE001 (a micro-model ORT refuses is left to the static policy)
+                self.failures[group.key] = str(e)
+                return None
+            finally:
+                self.seconds += self.clock() - start
+            v = {"ours_us": ours, "runtime_us": runtime}
+            self.cache.entries[(self.timer.device, self.timer.library, group.key)] = v
+        self.measured[group.key] = v
+        return Timing(v["ours_us"], v["runtime_us"], f"measured ({self.timer.device})", group.desc.N)
+
+    def transpose_us(self, shape, dtype: str) -> float | None:
+        key = transpose_key(shape, dtype)
+        v = self._lookup(key)
+        if v is None:
+            if not self._in_budget():
+                return None
+            start = self.clock()
+            try:
+                v = {"runtime_us": self.timer.transpose_times(tuple(shape), dtype)}
+            except Exception:  # noqa: BLE001 (an unmeasured Transpose counts as free: the region step is a refinement)
+                return None
+            finally:
+                self.seconds += self.clock() - start
+            self.cache.entries[(self.timer.device, self.timer.library, key)] = v
+        self.measured[key] = v
+        return v["runtime_us"]
+
+    def why_unknown(self, group: FusionGroup | None = None) -> str:
+        if group is not None and group.key in self.failures:
+            return f"not measurable: {self.failures[group.key]}"
+        return f"measuring budget of {self.budget_s:g} s spent" if self.spent else "shapes not fully known"
+
+    def save_cache(self) -> None:
+        if self.cache_path:
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(self.cache_path)), exist_ok=True)
+                self.cache.save(self.cache_path)
+            except (OSError, EpifuseError):
+                pass  # a cache that cannot be written costs the next run its measuring time, nothing else
+
+    def export(self, path: str) -> int:
+        """Writes this run's measurements (cached or new) as a costs file; returns their count."""
+        table = CostTable({(self.timer.device, self.timer.library, k): v for k, v in self.measured.items()})
+        table.save(path)
+        return len(table.entries)
+
+
+def default_cache_path() -> str:
+    return os.environ.get("EPIFUSE_COSTS_CACHE", os.path.expanduser("~/.cache/epifuse/costs.json"))

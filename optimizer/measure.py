@@ -1,0 +1,379 @@
+"""Times one fusion group on ONNX Runtime, both ways, on the machine that optimizes.
+
+Each side is a micro-model: the group's original nodes in NCHW (what ONNX Runtime runs for them,
+under its own graph optimizations and kernel choice) and the one FusedConv node in NHWC (what the
+epifuse library runs), with the group's real weights in the dtype it will run in.
+
+- CPU EP: ONNX Runtime's profiler gives each node's kernel time, so the layout glue ORT adds around
+  a lone conv (NCHWc ReorderInput/ReorderOutput) is left out, as it is inside a real model's regions.
+  The two micro-models run interleaved; sampling stops early once the two sides clearly differ.
+- CUDA EP: CUDA-graph replays, timed on the host; each side is timed with one copy of the group and
+  with k independent copies in one graph, and the difference gives the time per copy without the
+  fixed cost of a run. The runtime side is the better of prefer_nhwc off (NCHW) and on (an NHWC
+  micro-model whose Transposes ORT cancels against its own), as ORT's best configuration would run it.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from . import __version__, contract
+from .costs import FusionGroup
+from .graph import constant_value
+
+ONNX_DTYPE = {"fp32": onnx.TensorProto.FLOAT, "fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}
+LAYOUT_GLUE = {"ReorderInput", "ReorderOutput", "Transpose"}  # ops ORT adds around a lone NCHWc conv
+RESIDUAL_SOURCE = "epifuse_residual_source"
+OPSET = 17
+
+
+class NotMeasurable(Exception):
+    """The group cannot be cut out as a micro-model (an input that is neither X, Z nor a constant)."""
+
+
+def _np_dtype(dtype: str):
+    if dtype == "bf16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(np.float16 if dtype == "fp16" else np.float32)
+
+
+def _random(shape, dtype: str, rng) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32).astype(_np_dtype(dtype))
+
+
+def _model(graph: gs.Graph) -> onnx.ModelProto:
+    model = gs.export_onnx(graph, do_type_check=False)
+    model.ir_version = 8
+    del model.opset_import[:]
+    model.opset_import.extend([onnx.helper.make_opsetid("", OPSET),
+                               onnx.helper.make_opsetid(contract.DOMAIN, contract.OPSET_VERSION)])
+    return model
+
+
+def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
+                  residual_source: bool = False) -> onnx.ModelProto:
+    """The group's original nodes, `copies` times side by side on the same inputs. With `nhwc_io`,
+    inputs and outputs are NHWC with Transposes around the nodes (for ORT's prefer_nhwc). With
+    `residual_source`, the residual comes out of a 1x1 MaxPool (node RESIDUAL_SOURCE, left out of the
+    timing): ORT's CPU EP folds a residual Add into an NCHWc conv only when the other operand is itself
+    produced in NCHWc, as it is inside a real model, never when it is a graph input."""
+    dtype = _np_dtype(group.dtype)
+    x = gs.Variable("x", dtype, _nhwc(group.x_shape) if nhwc_io else group.x_shape)
+    z = gs.Variable("z", dtype, _nhwc(group.z_shape) if nhwc_io else group.z_shape) if group.z is not None else None
+    graph = gs.Graph(inputs=[t for t in (x, z) if t is not None], opset=OPSET)
+    x_in, z_in = x, z
+    if nhwc_io:
+        x_in = _transpose(graph, x, (0, 3, 1, 2), "x_nchw")
+        z_in = _transpose(graph, z, (0, 3, 1, 2), "z_nchw") if z is not None else None
+    if residual_source and z is not None and len(group.z_shape) == 4:
+        z_in = gs.Variable("z_pooled", dtype=dtype)
+        graph.nodes.append(gs.Node("MaxPool", RESIDUAL_SOURCE, {"kernel_shape": [1, 1]}, [z], [z_in]))
+    constants: dict[str, gs.Constant] = {}
+    for copy in range(copies):
+        mapped = {id(group.x): x_in}
+        if group.z is not None:
+            mapped[id(group.z)] = z_in
+        for node in group.nodes:
+            inputs = []
+            for t in node.inputs:
+                if not t.name:
+                    inputs.append(gs.Variable.empty())
+                elif id(t) in mapped:
+                    inputs.append(mapped[id(t)])
+                elif constant_value(t) is not None:
+                    inputs.append(_constant(constants, t, dtype))
+                else:
+                    raise NotMeasurable(f"node '{node.name}' reads '{t.name}', which is not the group's input")
+            outputs = []
+            for t in node.outputs:
+                out = gs.Variable(f"{t.name}_{copy}", dtype=None)
+                mapped[id(t)] = out
+                outputs.append(out)
+            graph.nodes.append(gs.Node(node.op, f"{node.name}_{copy}", dict(node.attrs), inputs, outputs,
+                                       domain=node.domain))
+        y = mapped.get(id(group.y))
+        if y is None:
+            raise NotMeasurable(f"the group's nodes do not write '{group.y.name}'")
+        y.dtype = dtype
+        graph.outputs.append(_transpose(graph, y, (0, 2, 3, 1), f"y{copy}") if nhwc_io else y)
+    return _model(graph)
+
+
+def _nhwc(shape):
+    return (shape[0], shape[2], shape[3], shape[1])
+
+
+def _transpose(graph: gs.Graph, t: gs.Tensor, perm, name: str) -> gs.Variable:
+    out = gs.Variable(name, dtype=t.dtype)
+    graph.nodes.append(gs.Node("Transpose", f"{name}_transpose", {"perm": list(perm)}, [t], [out]))
+    return out
+
+
+def _constant(cache: dict, t: gs.Tensor, dtype) -> gs.Constant:
+    if t.name not in cache:
+        v = constant_value(t)
+        if v.dtype == np.float32 and dtype != np.float32:
+            v = v.astype(dtype)
+        cache[t.name] = gs.Constant(f"c{len(cache)}_{t.name}", np.ascontiguousarray(v))
+    return cache[t.name]
+
+
+def fused_model(group: FusionGroup, copies: int = 1) -> onnx.ModelProto:
+    """The FusedConv that would replace the group, NHWC, `copies` times on the same inputs."""
+    d, dtype = group.desc, _np_dtype(group.dtype)
+    x = gs.Variable("x", dtype, (d.N, d.H, d.W, d.C))
+    z = gs.Variable("z", dtype, _output_nhwc(d)) if d.residual != "none" else None
+    w = gs.Constant("w", np.ascontiguousarray(np.transpose(group.weight, (0, 2, 3, 1)).astype(dtype)))
+    b = gs.Constant("b", np.ascontiguousarray(group.bias.astype(dtype)))
+    graph = gs.Graph(inputs=[t for t in (x, z) if t is not None], opset=OPSET)
+    attrs = {"strides": [d.stride_h, d.stride_w], "pads": [d.pad_top, d.pad_left, d.pad_bottom, d.pad_right],
+             "dilations": [d.dil_h, d.dil_w], "group": d.group, "activation": d.activation, "residual": d.residual,
+             "plugin_namespace": contract.PLUGIN_NAMESPACE, "plugin_version": contract.PLUGIN_VERSION}
+    if d.activation_params:
+        attrs["activation_params"] = [float(p) for p in d.activation_params]
+    for copy in range(copies):
+        y = gs.Variable(f"y{copy}", dtype, _output_nhwc(d))
+        graph.nodes.append(gs.Node(contract.OP_TYPE, f"fused{copy}", dict(attrs), [x, w, b] + ([z] if z else []), [y],
+                                   domain=contract.DOMAIN))
+        graph.outputs.append(y)
+    return _model(graph)
+
+
+def _output_nhwc(d) -> tuple[int, int, int, int]:
+    p = (d.H + d.pad_top + d.pad_bottom - d.dil_h * (d.R - 1) - 1) // d.stride_h + 1
+    q = (d.W + d.pad_left + d.pad_right - d.dil_w * (d.S - 1) - 1) // d.stride_w + 1
+    return d.N, p, q, d.K
+
+
+def transpose_model(shape, dtype: str, copies: int = 1) -> onnx.ModelProto:
+    """NHWC -> NCHW of a tensor of NCHW shape `shape` (the Transpose a region edge costs)."""
+    np_dtype = _np_dtype(dtype)
+    x = gs.Variable("x", np_dtype, _nhwc(shape))
+    graph = gs.Graph(inputs=[x], opset=OPSET)
+    for copy in range(copies):
+        graph.outputs.append(_transpose(graph, x, (0, 3, 1, 2), f"y{copy}"))
+    return _model(graph)
+
+
+def _feeds(model: onnx.ModelProto, dtype: str, rng) -> dict[str, np.ndarray]:
+    return {i.name: _random([d.dim_value for d in i.type.tensor_type.shape.dim], dtype, rng)
+            for i in model.graph.input}
+
+
+class OrtCpuTimer:
+    """ONNX Runtime's CPU EP with its default graph optimizations and threads, as `epifuse compare` runs it."""
+
+    MIN_RUNS, MAX_RUNS, GROUP_SECONDS = 3, 15, 2.0
+
+    def __init__(self):
+        import onnxruntime as ort
+
+        self.ort = ort
+        self.device = f"{_cpu_name()} ({len(os.sched_getaffinity(0))} threads)"
+        self.library = f"onnxruntime {ort.__version__} cpu, epifuse {__version__}"
+        self.rng = np.random.default_rng(0)
+        self.folder = tempfile.mkdtemp(prefix="epifuse-measure-")
+
+    def _session(self, model: onnx.ModelProto):
+        from .runtime import session_options
+
+        so = session_options(allow_spinning=False)  # two sessions take turns: see optimizer.compare
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(self.folder, "profile")
+        return self.ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+    def _median_kernel_us(self, session, skip_ops) -> float:
+        path = session.end_profiling()
+        try:
+            with open(path) as f:
+                events = json.load(f)
+        finally:
+            os.unlink(path)
+        return _median_run_us(events, skip_ops)
+
+    def time_pair(self, a: onnx.ModelProto, b: onnx.ModelProto, dtype: str,
+                  skip_ops=LAYOUT_GLUE) -> tuple[float, float]:
+        """Median kernel time per run (µs) of two micro-models, run interleaved; nodes of the ops in
+        `skip_ops` (and the residual's source) are not counted."""
+        sessions = [self._session(m) for m in (a, b)]
+        feeds = [_feeds(m, dtype, self.rng) for m in (a, b)]
+        walls: list[list[float]] = [[], []]
+        start = time.perf_counter()
+        for run in range(self.MAX_RUNS + 1):
+            for i, (s, f) in enumerate(zip(sessions, feeds)):
+                t = time.perf_counter()
+                s.run(None, f)
+                if run:  # the first run is the warm-up
+                    walls[i].append(time.perf_counter() - t)
+            if run >= self.MIN_RUNS and (_clearly_apart(walls) or time.perf_counter() - start > self.GROUP_SECONDS):
+                break
+        return tuple(self._median_kernel_us(s, skip_ops) for s in sessions)
+
+    def group_times(self, group: FusionGroup) -> tuple[float, float]:
+        try:
+            runtime, ours = self.time_pair(runtime_model(group, residual_source=True), fused_model(group),
+                                           group.dtype)
+        except NotMeasurable:
+            raise
+        except Exception as e:  # ORT refusing a micro-model: the group is left to the static policy
+            raise NotMeasurable(str(e).splitlines()[0][:200]) from None
+        return ours, runtime
+
+    def transpose_times(self, shape, dtype: str) -> float:
+        m = transpose_model(shape, dtype)
+        return self.time_pair(m, m, dtype, skip_ops=())[0]
+
+
+def _clearly_apart(walls) -> bool:
+    a, b = statistics.median(walls[0]), statistics.median(walls[1])
+    return abs(a - b) > 0.3 * min(a, b)
+
+
+def _median_run_us(events: list[dict], skip_ops) -> float:
+    """The median over runs (after the warm-up run) of the summed kernel times of each run's nodes,
+    without the ops in `skip_ops` and the residual's source."""
+    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session"
+                  and e.get("name") == "model_run")[1:]
+    totals = [0.0] * len(runs)
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        if e.get("args", {}).get("op_name") in skip_ops or e["name"].startswith(RESIDUAL_SOURCE):
+            continue
+        for i, (begin, end) in enumerate(runs):
+            if begin <= e["ts"] <= end:
+                totals[i] += e["dur"]
+                break
+    if not totals:
+        raise RuntimeError("ONNX Runtime's profile holds no runs")
+    return float(statistics.median(totals))
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class OrtCudaTimer:
+    """ONNX Runtime's CUDA EP, CUDA graph on, device-resident inputs and outputs."""
+
+    TARGET_US, MAX_COPIES, REPLAYS = 200.0, 16, 5
+
+    def __init__(self):
+        from .runtime import providers_for
+
+        import onnxruntime as ort
+
+        self.ort = ort
+        self.providers_for = providers_for
+        self.device = cuda_device_name() or "CUDA device"
+        self.library = f"onnxruntime {ort.__version__} cuda, epifuse {__version__}"
+        self.rng = np.random.default_rng(0)
+
+    def _run_us(self, model: onnx.ModelProto, dtype: str, library: bool, prefer_nhwc: bool) -> float:
+        """Host time per CUDA-graph replay (µs), the median of several timed batches of replays."""
+        from .runtime import session_options
+
+        ort = self.ort
+        so = session_options() if library else ort.SessionOptions()
+        session = ort.InferenceSession(model.SerializeToString(), so, providers=self.providers_for(
+            "ort-cuda", cuda_graph=True, prefer_nhwc=prefer_nhwc))
+        binding = session.io_binding()
+        for name, value in _feeds(model, dtype, self.rng).items():
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, "cuda", 0))
+        for out in model.graph.output:
+            shape = [d.dim_value for d in out.type.tensor_type.shape.dim]
+            binding.bind_ortvalue_output(out.name, ort.OrtValue.ortvalue_from_shape_and_type(
+                shape, _np_dtype(dtype), "cuda", 0))
+        for _ in range(3):  # the first run captures the graph
+            session.run_with_iobinding(binding)
+        start = time.perf_counter()
+        session.run_with_iobinding(binding)
+        once = time.perf_counter() - start
+        reps = max(5, min(200, int(2e-3 / max(once, 1e-6))))
+        batches = []
+        for _ in range(self.REPLAYS):
+            start = time.perf_counter()
+            for _ in range(reps):
+                session.run_with_iobinding(binding)
+            batches.append((time.perf_counter() - start) / reps)
+        return statistics.median(batches) * 1e6
+
+    def _per_copy_us(self, build, dtype: str, library: bool, prefer_nhwc: bool = False) -> float:
+        """Time of one copy: (T(k copies) - T(1 copy)) / (k - 1), which cancels the fixed cost of a run."""
+        one = self._run_us(build(1), dtype, library, prefer_nhwc)
+        k = int(min(self.MAX_COPIES, max(2, math.ceil(self.TARGET_US / max(one, 1.0)) + 1)))
+        many = self._run_us(build(k), dtype, library, prefer_nhwc)
+        return max((many - one) / (k - 1), 0.01)
+
+    def group_times(self, group: FusionGroup) -> tuple[float, float]:
+        if group.dtype == "bf16":
+            raise NotMeasurable("bfloat16 inputs cannot be bound from numpy")
+        try:
+            ours = self._per_copy_us(lambda k: fused_model(group, k), group.dtype, library=True)
+            runtime = min(self._per_copy_us(lambda k: runtime_model(group, k), group.dtype, library=False),
+                          self._per_copy_us(lambda k: runtime_model(group, k, nhwc_io=True), group.dtype,
+                                            library=False, prefer_nhwc=True))
+        except NotMeasurable:
+            raise
+        except Exception as e:
+            raise NotMeasurable(str(e).splitlines()[0][:200]) from None
+        return ours, runtime
+
+    def transpose_times(self, shape, dtype: str) -> float:
+        return self._per_copy_us(lambda k: transpose_model(shape, dtype, k), dtype, library=False)
+
+
+def cuda_device_name() -> str | None:
+    """The first CUDA device's name from the driver (libcuda), or None without a driver or device."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count, dev, name = ctypes.c_int(0), ctypes.c_int(0), ctypes.create_string_buffer(256)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return None
+    if cuda.cuDeviceGet(ctypes.byref(dev), 0) != 0 or cuda.cuDeviceGetName(name, 256, dev) != 0:
+        return None
+    return name.value.decode()
+
+
+def cuda_measuring_unavailable() -> str | None:
+    """Why ort-cuda costs cannot be measured here (None when they can): a GPU, onnxruntime-gpu and a
+    CUDA build of the epifuse library are all needed."""
+    if cuda_device_name() is None:
+        return "no CUDA device"
+    try:
+        import onnxruntime as ort
+
+        if hasattr(ort, "preload_dlls"):
+            ort.preload_dlls()
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
+    except ImportError:
+        return "onnxruntime is not installed"
+    from .runtime import library_path
+
+    try:
+        library_path("libepifuse_cuda.so")
+    except FileNotFoundError:
+        return "the epifuse library was built without CUDA"
+    return None
