@@ -90,10 +90,12 @@ class Decider:
     def choose_regions(self, graph: gs.Graph, plans: list) -> None:
         """Adjusts the verdicts of `plans` (objects with `.nodes`, `.inputs`, `.output`, `.verdict`) so the
         total estimated time, Transposes at region edges included, is least."""
-        variable = [i for i, p in enumerate(plans) if not p.verdict.fixed and p.verdict.measured()]
-        if not variable or self.mode != "auto":
+        measured = [i for i, p in enumerate(plans) if not p.verdict.fixed and p.verdict.measured()]
+        if not measured or self.mode != "auto":
             return
-        model = _RegionModel(graph, plans, self.costs, self.batches, self.precision)
+        batches = [t.batch for t in plans[measured[0]].verdict.timings]  # a static batch dim gives one
+        variable = [i for i in measured if [t.batch for t in plans[i].verdict.timings] == batches]
+        model = _RegionModel(graph, plans, variable, self.costs, batches, self.precision)
         local = {i for i, p in enumerate(plans) if p.verdict.fuse}
         fixed = local - set(variable)
         starts = [local, fixed | set(variable), fixed]
@@ -114,29 +116,30 @@ class Decider:
                 saved = model.transposes(best ^ {i}) - model.transposes(best)
                 plans[i].verdict.fuse = chosen
                 plans[i].verdict.reason = (
-                    f"{'slower' if chosen else 'faster'} alone; region: {abs(saved):.1f} µs of Transposes "
-                    f"{'saved' if saved > 0 else 'added'} at batch {self.batches[0]}")
+                    f"{'slower' if chosen else 'faster'} alone; region: {saved:.1f} µs of Transposes saved "
+                    f"by {'fusing' if chosen else 'not fusing'} it at batch {batches[0]}")
 
 
 class _RegionModel:
     """The estimated time of a choice of fused candidates: their FusedConv times, the runtime's times for
-    the others, and a Transpose for every tensor that crosses between the NHWC and NCHW parts."""
+    the others, and a Transpose for every tensor that crosses between the NHWC and NCHW parts. Only the
+    `variable` candidates' times count; the others' nodes still count for the layout."""
 
-    def __init__(self, graph: gs.Graph, plans: list, costs: Costs, batches: tuple[int, ...], dtype: str):
-        self.graph, self.plans, self.costs, self.batches, self.dtype = graph, plans, costs, batches, dtype
+    def __init__(self, graph: gs.Graph, plans: list, variable: list[int], costs: Costs, batches: list[int],
+                 dtype: str):
+        self.costs, self.batches, self.dtype = costs, batches, dtype
+        self.node_lists = [p.nodes for p in plans]
+        self.input_lists = [p.inputs for p in plans]
         self.order = list(graph.nodes)
-        self.owner = {}  # node id -> plan index
-        for i, p in enumerate(plans):
-            for n in p.nodes:
-                self.owner[id(n)] = i
         self.graph_outputs = {id(t) for t in graph.outputs}
         self.transpose_cache: dict[tuple, float] = {}
+        self.timed = [(i, plans[i]) for i in variable]
         # the time of each batch with nothing fused, to weigh batch sizes equally
-        self.scale = [max(sum(p.verdict.timings[b].runtime_us for p in plans if p.verdict.measured()), 1e-9)
+        self.scale = [max(sum(p.verdict.timings[b].runtime_us for _, p in self.timed), 1e-9)
                       for b in range(len(batches))]
 
     def nhwc_nodes(self, fused: set[int]) -> set[int]:
-        nodes = {id(n) for i in fused for n in self.plans[i].nodes}
+        nodes = {id(n) for i in fused for n in self.node_lists[i]}
         for node in self.order:
             if id(node) in nodes or node.op not in LAYOUT_TRANSPARENT:
                 continue
@@ -157,7 +160,7 @@ class _RegionModel:
                 if id(t) in self.graph_outputs or any(id(c) not in nhwc for c in t.outputs):
                     tensors[id(t)] = t
         for i in fused:
-            for t in self.plans[i].inputs:
+            for t in self.input_lists[i]:
                 if producer(t) is None or id(producer(t)) not in nhwc:
                     tensors[id(t)] = t
         return list(tensors.values())
@@ -182,6 +185,6 @@ class _RegionModel:
         total = 0.0
         for b, batch in enumerate(self.batches):
             groups = sum((p.verdict.timings[b].ours_us / FUSE_MARGIN if i in fused else p.verdict.timings[b].runtime_us)
-                         for i, p in enumerate(self.plans) if p.verdict.measured())
+                         for i, p in self.timed)
             total += (groups + sum(self._transpose_us(t, batch) for t in crossing)) / self.scale[b]
         return total

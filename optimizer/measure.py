@@ -71,7 +71,7 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
     produced in NCHWc, as it is inside a real model, never when it is a graph input."""
     dtype = _np_dtype(group.dtype)
     x = gs.Variable("x", dtype, _nhwc(group.x_shape) if nhwc_io else group.x_shape)
-    z = gs.Variable("z", dtype, _nhwc(group.z_shape) if nhwc_io else group.z_shape) if group.z is not None else None
+    z = gs.Variable("z", dtype, _nhwc(group.z_shape) if nhwc_io else group.z_shape) if _separate_z(group) else None
     graph = gs.Graph(inputs=[t for t in (x, z) if t is not None], opset=OPSET)
     x_in, z_in = x, z
     if nhwc_io:
@@ -80,35 +80,42 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
     if residual_source and z is not None and len(group.z_shape) == 4:
         z_in = gs.Variable("z_pooled", dtype=dtype)
         graph.nodes.append(gs.Node("MaxPool", RESIDUAL_SOURCE, {"kernel_shape": [1, 1]}, [z], [z_in]))
+    if group.z is not None and z is None:
+        z_in = x_in  # the conv's own input is the residual
     constants: dict[str, gs.Constant] = {}
     for copy in range(copies):
         mapped = {id(group.x): x_in}
         if group.z is not None:
             mapped[id(group.z)] = z_in
-        for node in group.nodes:
-            inputs = []
-            for t in node.inputs:
-                if not t.name:
-                    inputs.append(gs.Variable.empty())
-                elif id(t) in mapped:
-                    inputs.append(mapped[id(t)])
-                elif constant_value(t) is not None:
-                    inputs.append(_constant(constants, t, dtype))
-                else:
-                    raise NotMeasurable(f"node '{node.name}' reads '{t.name}', which is not the group's input")
+        pending = list(group.nodes)  # an activation's nodes come in match order, not data order
+        while pending:
+            ready = next((n for n in pending if all(not t.name or id(t) in mapped or constant_value(t) is not None
+                                                    for t in n.inputs)), None)
+            if ready is None:
+                t = next(t for n in pending for t in n.inputs if t.name and id(t) not in mapped
+                         and constant_value(t) is None)
+                raise NotMeasurable(f"'{t.name}' is read by the group but is not its input")
+            pending.remove(ready)
+            inputs = [gs.Variable.empty() if not t.name else mapped[id(t)] if id(t) in mapped
+                      else _constant(constants, t, dtype) for t in ready.inputs]
             outputs = []
-            for t in node.outputs:
+            for t in ready.outputs:
                 out = gs.Variable(f"{t.name}_{copy}", dtype=None)
                 mapped[id(t)] = out
                 outputs.append(out)
-            graph.nodes.append(gs.Node(node.op, f"{node.name}_{copy}", dict(node.attrs), inputs, outputs,
-                                       domain=node.domain))
+            graph.nodes.append(gs.Node(ready.op, f"{ready.name}_{copy}", dict(ready.attrs), inputs, outputs,
+                                       domain=ready.domain))
         y = mapped.get(id(group.y))
         if y is None:
             raise NotMeasurable(f"the group's nodes do not write '{group.y.name}'")
         y.dtype = dtype
         graph.outputs.append(_transpose(graph, y, (0, 2, 3, 1), f"y{copy}") if nhwc_io else y)
     return _model(graph)
+
+
+def _separate_z(group: FusionGroup) -> bool:
+    """A residual that is not the conv's own input (a 1x1 conv on x with x added back shares it)."""
+    return group.z is not None and group.z is not group.x
 
 
 def _nhwc(shape):
@@ -134,10 +141,10 @@ def fused_model(group: FusionGroup, copies: int = 1) -> onnx.ModelProto:
     """The FusedConv that would replace the group, NHWC, `copies` times on the same inputs."""
     d, dtype = group.desc, _np_dtype(group.dtype)
     x = gs.Variable("x", dtype, (d.N, d.H, d.W, d.C))
-    z = gs.Variable("z", dtype, _output_nhwc(d)) if d.residual != "none" else None
+    z = gs.Variable("z", dtype, _output_nhwc(d)) if _separate_z(group) else x if d.residual != "none" else None
     w = gs.Constant("w", np.ascontiguousarray(np.transpose(group.weight, (0, 2, 3, 1)).astype(dtype)))
     b = gs.Constant("b", np.ascontiguousarray(group.bias.astype(dtype)))
-    graph = gs.Graph(inputs=[t for t in (x, z) if t is not None], opset=OPSET)
+    graph = gs.Graph(inputs=[x] + ([z] if _separate_z(group) else []), opset=OPSET)
     attrs = {"strides": [d.stride_h, d.stride_w], "pads": [d.pad_top, d.pad_left, d.pad_bottom, d.pad_right],
              "dilations": [d.dil_h, d.dil_w], "group": d.group, "activation": d.activation, "residual": d.residual,
              "plugin_namespace": contract.PLUGIN_NAMESPACE, "plugin_version": contract.PLUGIN_VERSION}

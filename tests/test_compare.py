@@ -1,0 +1,119 @@
+"""`epifuse compare` and `optimize --bench`: interleaved timing in one process, the speed-up with its
+spread, and --require-faster. The verdict logic runs on fake runners with fixed durations; the CLI
+runs the real thing on a small model (its figures are checked for shape, not for speed)."""
+import json
+
+import onnx
+import pytest
+
+from models import zoo
+from optimizer import compare as compare_module
+from optimizer.cli import main
+from optimizer.compare import compare
+
+
+class _Fixed:
+    """A runner whose calls take a fixed time (seconds), recording the order it was called in."""
+
+    def __init__(self, seconds, log, label):
+        self.seconds, self.log, self.label = seconds, log, label
+
+    def __call__(self):
+        self.log.append(self.label)
+        return self.seconds
+
+
+@pytest.fixture
+def fake_runners(monkeypatch):
+    """Replaces the ORT runners: the original takes `times[0]`, the optimized `times[1]` seconds per call."""
+    state = {"times": (1e-3, 1e-3), "log": []}
+
+    def runners(model, feeds, backend):
+        side = 0 if runners.calls % 2 == 0 else 1
+        runners.calls += 1
+        return [_Fixed(state["times"][side], state["log"], side)]
+
+    runners.calls = 0
+    monkeypatch.setattr(compare_module, "_runners", runners)
+    return state
+
+
+def _model():
+    return onnx.shape_inference.infer_shapes(zoo.build("resnet_tiny", batch=1))
+
+
+@pytest.mark.parametrize("times, speedup, slower", [((2e-3, 1e-3), 2.0, False), ((1e-3, 1.25e-3), 0.8, True),
+                                                    ((1e-3, 1e-3), 1.0, False)])
+def test_speedup_and_verdict(fake_runners, times, speedup, slower):
+    fake_runners["times"] = times
+    result = compare(_model(), _model(), backend="ort-cpu", rounds=8, warmup=1)
+    assert result["speedup"] == pytest.approx(speedup)
+    assert result["slower"] is slower
+    assert result["speedup_q1"] <= result["speedup"] <= result["speedup_q3"]
+    assert result["original_ms"] == pytest.approx(times[0] * 1e3)
+
+
+def test_rounds_alternate_which_model_runs_first(fake_runners):
+    compare(_model(), _model(), backend="ort-cpu", rounds=4, warmup=0)
+    log = fake_runners["log"]
+    calls = len(log) // 4 // 2  # calls per side per round, after the calibration call of each side
+    timed = log[-4 * 2 * calls:]
+    firsts = [timed[i * 2 * calls] for i in range(4)]
+    assert firsts == [0, 1, 0, 1]
+
+
+def test_compare_refuses_too_few_rounds_and_other_backends():
+    from optimizer.errors import EpifuseError
+
+    with pytest.raises(EpifuseError, match="at least 2"):
+        compare(_model(), _model(), backend="ort-cpu", rounds=1)
+    with pytest.raises(EpifuseError, match="ort-cpu or ort-cuda"):
+        compare(_model(), _model(), backend="tensorrt")
+
+
+def test_cli_compare_prints_the_speedup_and_writes_json(tmp_path, capsys):
+    src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["optimize", str(src), "-o", str(out), "--fuse", "always"]) == 0
+    assert main(["compare", str(src), str(out), "--backend", "ort-cpu", "--runs", "4", "--report", str(report)]) == 0
+    text = capsys.readouterr().out
+    assert "speed-up" in text and "interleaved rounds" in text
+    result = json.loads(report.read_text())
+    assert result["backend"] == "ort-cpu" and result["rounds"] == 4 and result["original_ms"] > 0
+
+
+def test_cli_compare_without_a_gpu_says_which_backend_it_uses(tmp_path, capsys, monkeypatch):
+    from optimizer import measure
+
+    monkeypatch.setattr(measure, "cuda_device_name", lambda: None)
+    src = tmp_path / "m.onnx"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["compare", str(src), str(src), "--runs", "2"]) == 0
+    assert "using --backend ort-cpu" in capsys.readouterr().out
+
+
+def test_require_faster_exits_3_and_writes_nothing_when_slower(tmp_path, capsys, fake_runners):
+    fake_runners["times"] = (1e-3, 2e-3)
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["optimize", str(src), "-o", str(out), "--bench", "--runs", "4", "--require-faster"]) == 3
+    assert not out.exists()
+    text = capsys.readouterr().out
+    assert "slower" in text and "not written" in text
+    fake_runners["times"] = (2e-3, 1e-3)
+    assert main(["optimize", str(src), "-o", str(out), "--bench", "--runs", "4", "--require-faster"]) == 0
+    assert out.exists() and "2.00x" in capsys.readouterr().out
+
+
+def test_require_faster_needs_bench(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--require-faster"]) == 2
+    assert "--require-faster needs --bench" in capsys.readouterr().err
+
+
+def test_demo_prints_the_cpu_speedup_next_to_the_verify_line(tmp_path, capsys):
+    assert main(["demo", "--output-dir", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "verify on CPUExecutionProvider: PASS" in text
+    assert "speed: ort-cpu, batch 1, fp32" in text and "speed-up" in text

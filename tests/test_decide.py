@@ -1,0 +1,233 @@
+"""The cost decision (optimizer.decide): which candidates fuse given their times, per region, within a
+measuring budget, and by the static policy where nothing is known. The times come from a fake timer
+and the budget runs on a fake clock: these tests check the decisions, not this machine's speed."""
+import numpy as np
+import onnx
+import pytest
+
+from models import activations as act
+from optimizer import contract
+from optimizer.costs import CostTable
+from optimizer.decide import FUSE_MARGIN, Decider, static_verdict
+from optimizer.pipeline import FusionPolicy, optimize_model
+from tests.helpers import conv_net, feeds_for, run_ort
+
+
+class FakeTimer:
+    """Times by conv name: `times[name] = (ours_us, runtime_us)` or a function of the batch size."""
+
+    device, library = "fake accelerator", "fake runtime 1.0"
+
+    def __init__(self, times: dict, transpose_us: float = 0.0, clock=None, seconds_per_call: float = 0.0):
+        self.times, self.transpose_us = times, transpose_us
+        self.clock, self.seconds_per_call = clock, seconds_per_call
+        self.calls: list[tuple[str, int]] = []
+
+    def group_times(self, group):
+        self.calls.append((group.name, group.desc.N))
+        if self.clock is not None:
+            self.clock.advance(self.seconds_per_call)
+        t = self.times[group.name]
+        return t(group.desc.N) if callable(t) else t
+
+    def transpose_times(self, shape, dtype):
+        return self.transpose_us
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+def _chain(n_convs: int, *, pool_between: bool = False, batch=1):
+    """Conv → BN → Relu, `n_convs` times (a MaxPool between them splits the NHWC region); convs c0, c1, …
+    each with its own width, so each is its own problem (equal problems share their times)."""
+    def build(g, x):
+        for i in range(n_convs):
+            with g.scope(f"c{i}"):
+                x = g.op("Relu", [g.conv_bn(x, 8 * max(i, 1), 8 * (i + 1), 3)])
+            if pool_between and i < n_convs - 1:
+                x = g.op("MaxPool", [x], kernel_shape=[1, 1])
+        return x
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build, batch=batch))
+    names = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    return model, names
+
+
+def _optimize(model, timer, *, target="ort-cuda", precision="fp16", tmp_path, **policy):
+    policy = FusionPolicy(mode="auto", timer=timer, cache_path=str(tmp_path / "cache.json"), **policy)
+    return optimize_model(model, target=target, precision=precision, policy=policy)
+
+
+def _fused_convs(report):
+    return [d.node for d in report.decisions if d.fused]
+
+
+def test_fuses_only_the_candidates_measured_faster(tmp_path):
+    model, (a, b) = _chain(2, pool_between=True)
+    timer = FakeTimer({a: (10.0, 20.0), b: (30.0, 20.0)})
+    optimized, report = _optimize(model, timer, tmp_path=tmp_path)
+    assert _fused_convs(report) == [a]
+    assert [n.op_type for n in optimized.graph.node].count(contract.OP_TYPE) == 1
+    by_node = {d.node: d for d in report.decisions}
+    assert by_node[a].ours_us == [10.0] and by_node[a].runtime_us == [20.0] and by_node[a].reason == "faster"
+    assert by_node[b].ours_us == [30.0] and not by_node[b].fused and by_node[b].reason == "slower"
+    assert by_node[a].pattern == "Conv+Relu" and by_node[a].batches == [1]
+    assert "measured (fake accelerator)" in by_node[a].source
+
+
+@pytest.mark.parametrize("ratio, fused", [(1.01, False), (0.99, True)])
+def test_a_candidate_fuses_only_when_faster_by_the_margin(tmp_path, ratio, fused):
+    model, (a,) = _chain(1)
+    _, report = _optimize(model, FakeTimer({a: (FUSE_MARGIN * 20.0 * ratio, 20.0)}), tmp_path=tmp_path)
+    assert _fused_convs(report) == ([a] if fused else [])
+
+
+def test_a_symbolic_batch_fuses_only_where_faster_at_every_batch_asked_for(tmp_path):
+    model, (a, b) = _chain(2, pool_between=True, batch="N")
+    timer = FakeTimer({a: lambda n: (10.0, 20.0) if n == 1 else (300.0, 200.0), b: (10.0 * 1, 20.0)})
+    _, report = _optimize(model, timer, tmp_path=tmp_path, batches=(1, 16))
+    assert _fused_convs(report) == [b]
+    assert sorted(timer.calls) == [(a, 1), (a, 16), (b, 1), (b, 16)]
+    assert {d.node: d.batches for d in report.decisions}[a] == [1, 16]
+
+
+def test_a_static_batch_is_decided_at_its_own_size(tmp_path):
+    model, (a,) = _chain(1, batch=3)
+    timer = FakeTimer({a: (10.0, 20.0)})
+    _optimize(model, timer, tmp_path=tmp_path, batches=(1, 16))
+    assert timer.calls == [(a, 3)]
+
+
+def test_region_keeps_a_slightly_slower_conv_fused_between_two_fast_ones(tmp_path):
+    model, (a, b, c) = _chain(3)
+    times = {a: (10.0, 30.0), b: (21.0, 20.0), c: (10.0, 30.0)}
+    _, alone = _optimize(model, FakeTimer(times, transpose_us=0.0), tmp_path=tmp_path)
+    assert _fused_convs(alone) == [a, c]  # Transposes free: the local choices stand
+    _, region = optimize_model(model, target="ort-cuda", precision="fp16", policy=FusionPolicy(
+        mode="auto", timer=FakeTimer(times, transpose_us=5.0), cache_path=str(tmp_path / "r.json")))
+    assert _fused_convs(region) == [a, b, c]
+    reason = {d.node: d.reason for d in region.decisions}[b]
+    assert reason.startswith("slower alone; region:") and "saved by fusing it" in reason
+
+
+def test_region_leaves_an_isolated_small_win_when_its_transposes_cost_more(tmp_path):
+    model, (a,) = _chain(1)
+    _, report = _optimize(model, FakeTimer({a: (10.0, 12.0)}, transpose_us=3.0), tmp_path=tmp_path)
+    assert _fused_convs(report) == []
+    assert report.decisions[0].reason == "faster alone; region: 6.0 µs of Transposes saved by not fusing it at batch 1"
+
+
+def test_measuring_stops_at_the_budget_and_the_rest_follows_the_static_policy(tmp_path):
+    model, names = _chain(4, pool_between=True)
+    clock = FakeClock()
+    timer = FakeTimer({n: (1.0, 100.0) for n in names}, clock=clock, seconds_per_call=10.0)
+    _, report = _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32",
+                          measure_budget_s=15.0, clock=clock)
+    assert len(timer.calls) == 2  # started at 0 and 10 s, then past the budget
+    decisions = {d.node: d for d in report.decisions}
+    assert [decisions[n].fused for n in names] == [True, True, False, False]
+    assert "budget of 15 s spent" in decisions[names[3]].reason
+    assert decisions[names[3]].source == "static policy"
+
+
+def test_the_cache_makes_a_second_run_measure_nothing(tmp_path):
+    model, (a, b) = _chain(2, pool_between=True)
+    first = FakeTimer({a: (10.0, 20.0), b: (30.0, 20.0)})
+    _, r1 = _optimize(model, first, tmp_path=tmp_path)
+    assert len(first.calls) == 2
+    second = FakeTimer({})  # raises KeyError if asked
+    _, r2 = _optimize(model, second, tmp_path=tmp_path)
+    assert second.calls == [] and _fused_convs(r2) == _fused_convs(r1) == [a]
+    entries = CostTable.load(tmp_path / "cache.json").entries
+    assert {d for d, _, _ in entries} == {"fake accelerator"}
+
+
+def test_a_timer_that_fails_leaves_the_candidate_to_the_static_policy(tmp_path):
+    model, (a,) = _chain(1)
+
+    class Failing(FakeTimer):
+        def group_times(self, group):
+            raise RuntimeError("ORT refused the micro-model")
+
+    _, report = _optimize(model, Failing({}), tmp_path=tmp_path, target="ort-cpu", precision="fp32")
+    assert not report.decisions[0].fused
+    assert "not measurable: ORT refused the micro-model" in report.decisions[0].reason
+
+
+def test_symbolic_spatial_dims_cannot_be_measured(tmp_path):
+    model, (a,) = _chain(1)
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        for d in vi.type.tensor_type.shape.dim[2:]:
+            d.dim_param = "side"
+    timer = FakeTimer({a: (1.0, 100.0)})
+    _, report = _optimize(model, timer, tmp_path=tmp_path)
+    assert timer.calls == []
+    assert report.decisions[0].source == "static policy" and "shapes not known" in report.decisions[0].reason
+
+
+@pytest.mark.parametrize("target, dtype, kernels, fuse", [
+    ("ort-cpu", "fp32", ["cpu_eigen"], False),
+    ("tensorrt", "fp16", ["sm90_f16_conv_128x64x64_c1x1_pingpong"], False),
+    ("ort-cuda", "fp32", ["sm80_f32_3xtf32_128x64x16_4st", "cuda_direct"], False),
+    ("ort-cuda", "fp16", ["cuda_direct"], False),
+    ("ort-cuda", "fp16", ["sm90_f16_conv_128x64x64_c1x1_pingpong", "cuda_direct"], True),
+    ("ort-cuda", "fp16", ["cuda_depthwise", "cuda_direct"], True),
+])
+def test_static_policy(target, dtype, kernels, fuse):
+    decided, why = static_verdict(target, dtype, kernels)
+    assert decided is fuse and why.startswith("static:")
+
+
+def test_static_mode_on_the_registry_refuses_grouped_convs_on_the_direct_kernel():
+    """ResNeXt's grouped 3x3 (32 groups of 4 channels) has only the direct kernel on the CUDA targets."""
+    def build(g, x):
+        with g.scope("grouped"):
+            y = g.op("Relu", [g.conv(x, 64, 64, 3, group=32)])
+        with g.scope("dense"):
+            return g.op("Relu", [g.conv(y, 64, 64, 3)])
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build, channels=64))
+    _, report = optimize_model(model, target="ort-cuda", precision="fp16", policy=FusionPolicy(mode="static"))
+    fused = {d.node.split("/")[1]: d.fused for d in report.decisions}
+    assert fused == {"grouped": False, "dense": True}
+    assert report.costs.startswith("static")
+
+
+def test_always_fuses_wherever_a_kernel_exists_and_auto_without_times_is_static():
+    model, (a,) = _chain(1)
+    _, always = optimize_model(model, target="ort-cpu", policy=FusionPolicy(mode="always"))
+    assert _fused_convs(always) == [a] and always.decisions[0].source == "fuse=always"
+    _, trt = optimize_model(model, target="tensorrt", policy=FusionPolicy(mode="auto"))
+    assert _fused_convs(trt) == [] and "TensorRT fuses" in trt.decisions[0].reason
+
+
+def test_unfused_model_still_gets_its_batchnorm_folded_and_computes_the_same(tmp_path):
+    model, (a, b) = _chain(2, pool_between=True)
+    optimized, report = _optimize(model, FakeTimer({a: (30.0, 20.0), b: (30.0, 20.0)}), tmp_path=tmp_path,
+                                  target="ort-cpu", precision="fp32")
+    ops = [n.op_type for n in optimized.graph.node]
+    assert "BatchNormalization" not in ops and contract.OP_TYPE not in ops and "Transpose" not in ops
+    feeds = feeds_for(model)
+    np.testing.assert_allclose(run_ort(optimized, feeds, library=True)[0], run_ort(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_decider_rejects_an_unknown_mode():
+    with pytest.raises(ValueError, match="unknown fusion mode"):
+        Decider("ort-cpu", "fp32", mode="sometimes")
+
+
+def test_activation_patterns_are_timed_as_the_exporter_wrote_them(tmp_path):
+    """The runtime's side of a SiLU written as x*Sigmoid(x) is those two nodes, not an idealised op."""
+    model = onnx.shape_inference.infer_shapes(conv_net(lambda g, x: act.silu(g, g.conv(x, 8, 8, 3))))
+    conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
+    _, report = _optimize(model, FakeTimer({conv: (1.0, 2.0)}), tmp_path=tmp_path)
+    assert report.decisions[0].pattern in ("Conv+Sigmoid+Mul", "Conv+Mul+Sigmoid")
