@@ -1,7 +1,8 @@
 """`epifuse compare` and `epifuse optimize --bench`: the original and the optimized model on the target,
 in one process, timed in interleaved rounds (the order alternates each round), so drift in the
-machine's speed falls on both alike. The speed-up is the ratio of the medians; its spread is the
-interquartile range of the per-round ratios. "Slower" means at least three rounds in four had the
+machine's speed falls on both alike. The speed-up is the median of the per-round ratios (each round
+pairs two runs close in time, so a slow spell of the machine cancels); its spread is their
+interquartile range. "Slower" means at least three rounds in four had the
 optimized model slower (the upper quartile of the ratios below 1), not a median a hair under 1.
 
 On ort-cuda each model runs as ONNX Runtime's best configuration would: CUDA graph on where the model
@@ -144,7 +145,7 @@ def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, *, backend: s
     original_ms, optimized_ms = statistics.median(times[0]), statistics.median(times[1])
     return {"backend": backend, "batch": int(next(iter(feeds.values())).shape[0]) if feeds else batch,
             "precision": precision, "rounds": rounds, "original_ms": original_ms, "optimized_ms": optimized_ms,
-            "speedup": original_ms / optimized_ms, "speedup_q1": q1, "speedup_q3": q3, "slower": q3 < 1.0,
+            "speedup": statistics.median(ratios), "speedup_q1": q1, "speedup_q3": q3, "slower": q3 < 1.0,
             "cuda_graph": [getattr(s, "cuda_graph", False) for s in sides]}
 
 

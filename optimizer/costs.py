@@ -20,7 +20,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -61,30 +61,6 @@ class FusionGroup:
         return (f"{self.pattern}|{self.dtype}|x{'x'.join(map(str, self.x_shape))}|k{d.K} {d.R}x{d.S} g{d.group} "
                 f"s{d.stride_h},{d.stride_w} d{d.dil_h},{d.dil_w} p{d.pad_top},{d.pad_left},{d.pad_bottom},"
                 f"{d.pad_right}|{act}|{d.residual}")
-
-
-def concrete_groups(name: str, nodes: list[gs.Node], x: gs.Tensor, z: gs.Tensor | None, y: gs.Tensor,
-                    weight: np.ndarray, bias: np.ndarray, desc: ConvDesc, batches) -> list[FusionGroup | None]:
-    """The candidate at each batch size in `batches` (a static batch dimension wins), None where a
-    shape is not fully known: what the measurements and the costs file are keyed by."""
-    x_shape = list(x.shape) if x.shape is not None else None
-    z_shape = list(z.shape) if z is not None and z.shape is not None else None
-    static = x_shape and isinstance(x_shape[0], int) and x_shape[0] > 0
-    groups = []
-    for batch in ([x_shape[0]] if static else batches):
-        def fix(shape):
-            if shape is None:
-                return None
-            shape = [batch if i == 0 and not (isinstance(d, int) and d > 0) else d for i, d in enumerate(shape)]
-            return tuple(shape) if all(isinstance(d, int) and d > 0 for d in shape) else None
-
-        xs, zs = fix(x_shape), fix(z_shape)
-        if xs is None or (z is not None and zs is None) or desc.H <= 0 or desc.W <= 0:
-            groups.append(None)
-            continue
-        pattern = "+".join(n.op for n in nodes)
-        groups.append(FusionGroup(name, pattern, replace(desc, N=batch), nodes, x, z, y, xs, zs, weight, bias))
-    return groups
 
 
 def transpose_key(shape, dtype: str) -> str:

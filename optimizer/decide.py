@@ -13,15 +13,21 @@ Modes: "auto" (times where known, else the static policy), "static" (the static 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import onnx_graphsurgeon as gs
 
-from .costs import Costs, FusionGroup, Timing
-from .graph import constant_value, producer, shape_of
+import numpy as np
+
+from . import registry
+from .costs import DTYPE_NAMES, Costs, FusionGroup, Timing
+from .registry import ConvDesc
+from .graph import concrete_shapes, constant_value, producer, shape_of
 from .passes.layout import ELEMENTWISE, GLOBAL_POOLS, PARAM_INPUTS, REDUCTIONS
 
 MODES = ("auto", "static", "always")
+DTYPE_CODES = {"float32": 1, "float16": 10, "bfloat16": 16}  # ONNX element types of the FusedConv dtypes
+LOW_PRECISION_CODES = {"fp16": 10, "bf16": 16}
 # A fused group counts its time as ours / FUSE_MARGIN: a candidate fuses only when measured at least
 # 5% faster, so measurement noise alone never turns a tie into a slower model.
 FUSE_MARGIN = 0.95
@@ -69,14 +75,72 @@ class Decider:
         self.costs = costs or Costs()
         self.batches = tuple(batches) or (1,)
         self.kernel_names = kernel_names
-        self.approved: set[str] = set()  # conv names an earlier pass rewrote on a positive verdict
+        self.approved: dict[str, Verdict] = {}  # convs an earlier pass wrote on a positive verdict
+        self._shapes: dict[int, dict[str, tuple[int, ...]]] = {}  # batch -> shapes inferred with it
+
+    def shape_at(self, graph: gs.Graph, t: gs.Tensor, batch: int) -> tuple[int, ...] | None:
+        """`t`'s shape with a symbolic batch dimension set to `batch`, inferred over the whole graph
+        (once per batch size) where the tensor's own shape has other unknown dims."""
+        shape = shape_of(t)
+        if shape is not None:
+            shape = [batch if i == 0 and not (isinstance(d, int) and d > 0) else d for i, d in enumerate(shape)]
+            if all(isinstance(d, int) and d > 0 for d in shape):
+                return tuple(shape)
+        if batch not in self._shapes:
+            self._shapes[batch] = concrete_shapes(graph, batch)
+        return self._shapes[batch].get(t.name)
+
+    def groups(self, graph: gs.Graph, name: str, nodes: list[gs.Node], x: gs.Tensor, z: gs.Tensor | None,
+               y: gs.Tensor, weight: np.ndarray, bias: np.ndarray, desc: ConvDesc) -> list[FusionGroup | None]:
+        """The candidate at each batch size to decide for (a static batch dimension wins), None where a
+        shape stays unknown: what measurements and costs files are keyed by."""
+        if self.mode == "always":
+            return []
+        first = shape_of(x)
+        static = first and isinstance(first[0], int) and first[0] > 0
+        groups = []
+        for batch in ([first[0]] if static else self.batches):
+            xs = self.shape_at(graph, x, batch)
+            zs = self.shape_at(graph, z, batch) if z is not None else None
+            if xs is None or (z is not None and zs is None):
+                groups.append(None)
+                continue
+            d = replace(desc, N=batch)
+            if len(xs) == 4 and (d.H <= 0 or d.W <= 0):
+                d = replace(d, H=xs[2], W=xs[3])
+            pattern = "+".join(n.op for n in nodes)
+            groups.append(FusionGroup(name, pattern, d, nodes, x, z, y, xs, zs, weight, bias))
+        return groups
+
+    def dtype_code(self, weight_dtype) -> int:
+        """The dtype a FusedConv will run in: the precision pass makes every FusedConv low precision."""
+        low = LOW_PRECISION_CODES.get(self.precision)
+        if low is not None and np.dtype(weight_dtype) == np.float32:
+            return low
+        return DTYPE_CODES[np.dtype(weight_dtype).name]
+
+    def approve(self, graph: gs.Graph, conv_name: str, nodes: list[gs.Node], x: gs.Tensor, y: gs.Tensor,
+                weight: np.ndarray, bias: np.ndarray, desc: ConvDesc, kernel_query) -> Verdict:
+        """For a pass that would rewrite `nodes` (a Gemm, a pool) as the conv `conv_name` only so that it
+        fuses: the verdict on that fusion against the runtime running `nodes` as they are. A positive one
+        is kept, and the fuse pass fuses that conv without asking again."""
+        count, reason = kernel_query(self.target, {f: getattr(desc, f) for f in desc.__dataclass_fields__})
+        if count == 0:
+            return Verdict(False, f"no kernel: {reason}", fixed=True)
+        groups = self.groups(graph, conv_name, nodes, x, None, y, weight, bias, desc)
+        verdict = self.verdict(groups, DTYPE_NAMES[desc.dtype], lambda: registry.kernel_names(self.target, desc))
+        if verdict.fuse:
+            verdict.fixed = True
+            self.approved[conv_name] = verdict
+        return verdict
 
     def verdict(self, groups: list[FusionGroup | None], desc_dtype: str, kernels=None, name: str = "") -> Verdict:
         """`groups`: the candidate at each batch size (None where its shapes are not all known);
         `kernels()`: the registry's kernels for it, best first (asked only by the static policy)."""
-        if self.mode == "always" or name in self.approved:
-            return Verdict(True, "fused wherever a kernel exists (fuse=always)" if self.mode == "always"
-                           else "approved when it was rewritten", fixed=True)
+        if name in self.approved:
+            return self.approved[name]
+        if self.mode == "always":
+            return Verdict(True, "fused wherever a kernel exists (fuse=always)", fixed=True)
         timings = [self.costs.group_timing(g) if g is not None and self.mode == "auto" else None for g in groups]
         if self.mode == "auto" and timings and all(t is not None for t in timings):
             faster = all(t.ours_us < FUSE_MARGIN * t.runtime_us for t in timings)
@@ -95,7 +159,8 @@ class Decider:
             return
         batches = [t.batch for t in plans[measured[0]].verdict.timings]  # a static batch dim gives one
         variable = [i for i in measured if [t.batch for t in plans[i].verdict.timings] == batches]
-        model = _RegionModel(graph, plans, variable, self.costs, batches, self.precision)
+        model = _RegionModel(graph, plans, variable, self.costs, batches, self.precision,
+                             lambda t, batch: self.shape_at(graph, t, batch))
         local = {i for i, p in enumerate(plans) if p.verdict.fuse}
         fixed = local - set(variable)
         starts = [local, fixed | set(variable), fixed]
@@ -126,8 +191,8 @@ class _RegionModel:
     `variable` candidates' times count; the others' nodes still count for the layout."""
 
     def __init__(self, graph: gs.Graph, plans: list, variable: list[int], costs: Costs, batches: list[int],
-                 dtype: str):
-        self.costs, self.batches, self.dtype = costs, batches, dtype
+                 dtype: str, shape_at):
+        self.costs, self.batches, self.dtype, self.shape_at = costs, batches, dtype, shape_at
         self.node_lists = [p.nodes for p in plans]
         self.input_lists = [p.inputs for p in plans]
         self.order = list(graph.nodes)
@@ -146,7 +211,7 @@ class _RegionModel:
             params = PARAM_INPUTS.get(node.op, set())
             data = [t for j, t in enumerate(node.inputs) if j not in params and t.name and constant_value(t) is None]
             if data and all(producer(t) is not None and id(producer(t)) in nodes for t in data) and \
-                    all(len(shape_of(t) or [0] * 4) == 4 for t in data):
+                    all(len(shape_of(t) or [0] * 4) == 4 for t in data):  # unknown rank: taken as 4-D
                 nodes.add(id(node))
         return nodes
 
@@ -166,12 +231,9 @@ class _RegionModel:
         return list(tensors.values())
 
     def _transpose_us(self, t: gs.Tensor, batch: int) -> float:
-        shape = shape_of(t)
+        shape = self.shape_at(t, batch)
         if not shape or len(shape) != 4:
-            return 0.0
-        shape = [batch if i == 0 and not isinstance(d, int) else d for i, d in enumerate(shape)]
-        if not all(isinstance(d, int) and d > 0 for d in shape):
-            return 0.0
+            return 0.0  # a tensor of unknown shape is not weighed (the layout pass moves only 4-D ones)
         key = tuple(shape)
         if key not in self.transpose_cache:
             self.transpose_cache[key] = self.costs.transpose_us(shape, self.dtype) or 0.0

@@ -231,3 +231,57 @@ def test_activation_patterns_are_timed_as_the_exporter_wrote_them(tmp_path):
     conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
     _, report = _optimize(model, FakeTimer({conv: (1.0, 2.0)}), tmp_path=tmp_path)
     assert report.decisions[0].pattern in ("Conv+Sigmoid+Mul", "Conv+Mul+Sigmoid")
+
+
+def _sliced_by_shape_arithmetic(g, x):
+    """A conv, then its channels halved the way torch exports `chunk` of a C2f: Shape → Gather → Add →
+    Div → Mul → Slice, which leaves the second conv's input shape unknown while the batch is symbolic."""
+    with g.scope("first"):
+        y = g.op("Relu", [g.conv(x, 8, 8, 3)])
+    shape = g.op("Shape", [y])
+    channels = g.op("Gather", [shape, g.constant(np.array(1, np.int64), np.int64)], axis=0)
+    half = g.op("Div", [g.op("Add", [channels, g.constant(np.array(1, np.int64), np.int64)]),
+                        g.constant(np.array(2, np.int64), np.int64)])
+    end = g.op("Unsqueeze", [g.op("Mul", [half, g.constant(np.array(1, np.int64), np.int64)]),
+                             g.constant(np.array([0], np.int64), np.int64)])
+    sliced = g.op("Slice", [y, g.constant(np.array([0], np.int64), np.int64), end,
+                            g.constant(np.array([1], np.int64), np.int64)])
+    with g.scope("second"):
+        return g.op("Relu", [g.conv(sliced, 4, 8, 3)])
+
+
+def test_shapes_behind_exporters_shape_arithmetic_are_inferred_per_batch(tmp_path):
+    model = onnx.shape_inference.infer_shapes(conv_net(_sliced_by_shape_arithmetic, batch="N"))
+    second = next(n for n in model.graph.node if n.op_type == "Conv" and "second" in n.name)
+    inferred = {v.name: v for v in model.graph.value_info}
+    assert not inferred[second.input[0]].type.tensor_type.shape.dim[1].HasField("dim_value")  # onnx alone: unknown
+    convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    timer = FakeTimer({c: (1.0, 2.0) for c in convs})
+    _, report = _optimize(model, timer, tmp_path=tmp_path, batches=(3,))
+    assert sorted(timer.calls) == sorted((c, 3) for c in convs)
+    assert all(d.fused for d in report.decisions)
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_a_classifier_gemm_becomes_a_conv_only_where_the_fused_conv_wins(tmp_path, faster):
+    def build(g, x):
+        pooled = g.op("Flatten", [g.op("GlobalAveragePool", [g.op("Relu", [g.conv(x, 8, 16, 3, stride=2)])])])
+        return g.gemm(pooled, 16, 10)
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build))
+    gemm = next(n.name for n in model.graph.node if n.op_type == "Gemm")
+    pool = next(n.name for n in model.graph.node if n.op_type == "GlobalAveragePool")
+    conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
+    won = (1.0, 5.0) if faster else (5.0, 1.0)
+    timer = FakeTimer({conv: (1.0, 5.0), f"{gemm}_conv": won, f"{pool}_depthwise": won})
+    optimized, report = _optimize(model, timer, tmp_path=tmp_path)
+    ops = [n.op_type for n in optimized.graph.node]
+    assert ("Gemm" in ops) is not faster
+    assert ops.count(contract.OP_TYPE) == (3 if faster else 1)
+    if not faster:
+        kept = {d.node: d for d in report.decisions if not d.fused}
+        assert kept[gemm].pattern == "Gemm (as a 1x1 FusedConv)" and kept[gemm].reason == "slower"
+        assert kept[pool].pattern == "GlobalAveragePool (as a depthwise FusedConv)"
+    feeds = feeds_for(model)
+    np.testing.assert_allclose(run_ort(optimized, feeds, library=True)[0], run_ort(model, feeds)[0],
+                               rtol=2e-2, atol=2e-2)

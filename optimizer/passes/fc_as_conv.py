@@ -15,6 +15,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ..graph import constant_value, make_constant, make_variable, replace_uses, shape_of
+from ..registry import ConvDesc
 from ..report import Report
 
 
@@ -40,7 +41,9 @@ def _conv_weights(node: gs.Node) -> tuple[np.ndarray, np.ndarray | None] | None:
     return np.ascontiguousarray(w).reshape(w.shape[0], w.shape[1], 1, 1), bias
 
 
-def fc_as_conv(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
+def fc_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, kernel_query=None) -> gs.Graph:
+    """With a `decider` (optimizer.decide) and `kernel_query`, a Gemm is rewritten only where the
+    FusedConv that would replace it is faster than the Gemm itself; without, everywhere."""
     if target != "ort-cuda":
         return graph
     for node in list(graph.nodes):
@@ -51,6 +54,13 @@ def fc_as_conv(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
         x, y = node.inputs[0], node.outputs[0]
         base = node.name or "fc"
         k, c, n = w.shape[0], w.shape[1], shape_of(x)[0]
+        if decider is not None:
+            desc = ConvDesc(dtype=decider.dtype_code(w.dtype), H=1, W=1, C=c, K=k, R=1, S=1)
+            verdict = decider.approve(graph, f"{base}_conv", [node], x, y, w,
+                                      bias if bias is not None else np.zeros(k, w.dtype), desc, kernel_query)
+            if not verdict.fuse:
+                report.decide(node, "Gemm (as a 1x1 FusedConv)", verdict)
+                continue
         image = make_variable(graph, f"{base}_image", x.dtype, [n, c, 1, 1])
         conv_out = make_variable(graph, f"{base}_conv", y.dtype, [n, k, 1, 1])
         rows = make_variable(graph, f"{base}_rows", y.dtype, shape_of(y))

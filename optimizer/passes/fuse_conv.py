@@ -29,7 +29,7 @@ import onnx_graphsurgeon as gs
 
 from .. import contract, registry
 from ..activations import ActivationMatch, match_activation
-from ..costs import DTYPE_NAMES, concrete_groups
+from ..costs import DTYPE_NAMES
 from ..decide import Decider, Verdict
 from ..graph import (NCHW_TO_NHWC, NHWC_TO_NCHW, add_transpose, constant_value, depends_on,
                      ensure_domain, itemsize, make_constant, make_variable, numel_per_image, same_shape,
@@ -44,7 +44,6 @@ try:
     DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = 16
 except ImportError:  # pragma: no cover - onnx depends on ml_dtypes
     pass
-LOW_PRECISION_CODES = {"fp16": 10, "bf16": 16}
 
 
 @dataclass
@@ -173,16 +172,11 @@ class _Fuser:
             self.report.transposes_inserted += 1
         return self.nhwc_of[t.name]
 
-    def dtype_code(self, weight: np.ndarray) -> int:
-        """The dtype the FusedConv will run in: the precision pass makes every FusedConv low precision."""
-        low = LOW_PRECISION_CODES.get(self.decider.precision)
-        return low if low is not None and np.dtype(weight.dtype) == np.float32 else DTYPE_CODES[np.dtype(weight.dtype)]
-
     def desc(self, conv: gs.Node, p: ConvParams, c: Candidate) -> dict:
         x_shape = shape_of(conv.inputs[0]) or [None] * 4
         known = [d if isinstance(d, int) and d >= 0 else -1 for d in x_shape]
         k, r, s, cg = p.weight.shape[0], p.weight.shape[2], p.weight.shape[3], p.weight.shape[1]
-        return dict(dtype=self.dtype_code(p.weight), N=known[0], H=known[2], W=known[3],
+        return dict(dtype=self.decider.dtype_code(p.weight.dtype), N=known[0], H=known[2], W=known[3],
                     C=cg * p.group, K=k, R=r, S=s, group=p.group, stride_h=p.strides[0], stride_w=p.strides[1],
                     dil_h=p.dilations[0], dil_w=p.dilations[1], pad_top=p.pads[0], pad_left=p.pads[1],
                     pad_bottom=p.pads[2], pad_right=p.pads[3], activation=c.activation,
@@ -220,11 +214,9 @@ class _Fuser:
         return Plan(conv, params, cand, verdict)
 
     def groups(self, conv: gs.Node, p: ConvParams, c: Candidate, desc: dict):
-        if self.decider.mode == "always":
-            return []
         bias = p.bias if p.bias is not None else np.zeros(p.weight.shape[0], dtype=p.weight.dtype)
-        return concrete_groups(conv.name, [conv, *c.nodes], conv.inputs[0], c.z, c.output, p.weight, bias,
-                               ConvDesc(**desc), self.decider.batches)
+        return self.decider.groups(self.graph, conv.name, [conv, *c.nodes], conv.inputs[0], c.z, c.output,
+                                   p.weight, bias, ConvDesc(**desc))
 
     def rewrite(self, conv: gs.Node, p: ConvParams, c: Candidate) -> None:
         graph = self.graph

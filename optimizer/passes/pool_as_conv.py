@@ -16,6 +16,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ..graph import make_constant, make_variable, replace_uses, shape_of
+from ..registry import ConvDesc
 from ..report import Report
 
 MAX_PIXELS = 64
@@ -32,7 +33,9 @@ def _small_pool(node: gs.Node) -> tuple[int, int, int] | None:
     return (c, h, w) if h * w <= MAX_PIXELS else None
 
 
-def pool_as_conv(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
+def pool_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, kernel_query=None) -> gs.Graph:
+    """With a `decider` (optimizer.decide) and `kernel_query`, a pool is rewritten only where the
+    FusedConv that would replace it is faster than the pool itself; without, everywhere."""
     if target != "ort-cuda":
         return graph
     for node in list(graph.nodes):
@@ -42,9 +45,17 @@ def pool_as_conv(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
         c, h, w = found
         x, y = node.inputs[0], node.outputs[0]
         base = node.name or "pool"
-        pooled = make_variable(graph, f"{base}_conv", y.dtype, shape_of(y))
         dtype = np.dtype(x.dtype) if x.dtype is not None else np.dtype(np.float32)  # a model already in fp16
-        weights = make_constant(graph, f"{base}_W", np.full((c, 1, h, w), 1.0 / (h * w), dtype))
+        filters = np.full((c, 1, h, w), 1.0 / (h * w), dtype)
+        if decider is not None:
+            desc = ConvDesc(dtype=decider.dtype_code(dtype), H=h, W=w, C=c, K=c, R=h, S=w, group=c)
+            verdict = decider.approve(graph, f"{base}_depthwise", [node], x, y, filters, np.zeros(c, dtype), desc,
+                                      kernel_query)
+            if not verdict.fuse:
+                report.decide(node, "GlobalAveragePool (as a depthwise FusedConv)", verdict)
+                continue
+        pooled = make_variable(graph, f"{base}_conv", y.dtype, shape_of(y))
+        weights = make_constant(graph, f"{base}_W", filters)
         graph.nodes.append(gs.Node("Conv", f"{base}_depthwise", attrs={"kernel_shape": [h, w], "group": c},
                                    inputs=[x, weights], outputs=[pooled]))
         replace_uses(graph, y, pooled)

@@ -1,0 +1,80 @@
+"""Whole models on ONNX Runtime's CPU EP: the original against `epifuse optimize` (default target
+ort-cpu, fp32, decisions measured on this machine), in one process, interleaved rounds
+(`epifuse compare`), batch 1. Prints a markdown table: ORT on the original, epifuse, the speed-up
+with its interquartile range, how many candidates fused, and the optimizer's time (measuring
+included, with an empty costs cache).
+
+    python bench/cpu_models.py [--models-dir DIR] [--zoo] [--rounds 30] [--markdown FILE]
+
+DIR holds .onnx files (bench/export_models.py writes torchvision/timm/ultralytics exports there).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+
+from models import zoo
+from optimizer import __version__
+from optimizer.compare import compare
+from optimizer.measure import _cpu_name
+from optimizer.passes.load import load_model
+from optimizer.pipeline import FusionPolicy, optimize_file
+
+
+def row(name: str, path: Path, work: Path, rounds: int) -> dict:
+    out = work / f"{name.replace('/', '_')}.epifuse.onnx"
+    cache = work / f"{name.replace('/', '_')}.costs.json"  # empty: the optimizer's time includes measuring
+    start = time.perf_counter()
+    report = optimize_file(str(path), str(out), policy=FusionPolicy(mode="auto", cache_path=str(cache)))
+    seconds = time.perf_counter() - start
+    result = compare(load_model(str(path)), load_model(str(out)), backend="ort-cpu", rounds=rounds)
+    fused = sum(d.fused for d in report.decisions)
+    return {"model": name, "ort ms": result["original_ms"], "epifuse ms": result["optimized_ms"],
+            "speed-up": result["speedup"], "q1": result["speedup_q1"], "q3": result["speedup_q3"],
+            "fused": f"{fused}/{len(report.decisions)}", "optimize s": seconds,
+            "measure s": report.pass_seconds.get("measure", 0.0)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models-dir", help="folder of .onnx files to run")
+    ap.add_argument("--zoo", action="store_true", help="also the embedded zoo models (models/zoo.py)")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--markdown")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="epifuse-cpu-bench-"))
+    paths = sorted(Path(args.models_dir).glob("*.onnx")) if args.models_dir else []
+    named = [(p.stem, p) for p in paths]
+    if args.zoo:
+        for name in sorted(zoo.ZOO):
+            path = work / f"zoo_{name}.onnx"
+            onnx.save(zoo.build(name, batch=1), path)
+            named.append((f"zoo/{name}", path))
+    rows = []
+    for name, path in named:
+        rows.append(row(name, path, work, args.rounds))
+        r = rows[-1]
+        print(f"{name}: {r['speed-up']:.3f}x ({r['q1']:.3f}-{r['q3']:.3f}), fused {r['fused']}, "
+              f"optimize {r['optimize s']:.1f} s", flush=True)
+    header = (f"{_cpu_name()}, {len(os.sched_getaffinity(0))} threads, onnxruntime {ort.__version__}, epifuse "
+              f"{__version__}, Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    lines = [header, "", "| model | ORT ms | epifuse ms | speed-up | interquartile | fused | optimize s (measuring) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['model']} | {r['ort ms']:.2f} | {r['epifuse ms']:.2f} | {r['speed-up']:.3f}x | "
+              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['optimize s']:.1f} ({r['measure s']:.1f}) |"
+              for r in rows]
+    print("\n".join(lines))
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""Held-out models on ONNX Runtime's CUDA EP: the original (ORT's best: CUDA graph, better of
+prefer_nhwc off/on, in the chosen precision) against `epifuse optimize --target ort-cuda` with the
+fusions decided by measuring on this GPU (the default), and optionally against fusing wherever a
+kernel exists (`--fuse always`, the behaviour before cost decisions). One process, interleaved rounds
+(`epifuse compare`), each batch size.
+
+    python bench/gpu_models.py --models resnext50_32x4d,regnet_y_1_6gf,mixnet_s,/path/ppocrv4_det.onnx \\
+        [--precision fp16] [--batches 1,16] [--also-always] [--costs-cache FILE] [--markdown FILE]
+
+Names are bench/export_models.py's (exported here with random weights and BatchNorm statistics) or
+yolov8n/s/m (built by models/yolo.py); paths are ONNX files, their symbolic height and width set to --size. Needs onnxruntime-gpu and a CUDA
+build of the epifuse library (EPIFUSE_LIB_DIR). Kernels are tuned when first chosen (EPIFUSE_TUNE=1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+from optimizer.compare import compare
+from optimizer.passes.load import load_model
+from optimizer.pipeline import FusionPolicy, optimize_model
+
+
+def fix_spatial(model: onnx.ModelProto, size: int) -> onnx.ModelProto:
+    """Symbolic height and width of 4-D inputs become `size` (the batch stays symbolic)."""
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 4:
+            for d in dims[2:]:
+                if not d.HasField("dim_value"):
+                    d.dim_value = size
+    del model.graph.value_info[:]
+    return model
+
+
+def original(spec: str, work: Path, size: int) -> tuple[str, onnx.ModelProto]:
+    if spec.endswith(".onnx"):
+        name, model = Path(spec).stem, load_model(spec)
+    elif spec.startswith("yolov8") and spec[6:] in ("n", "s", "m"):  # models/yolo.py (no ultralytics needed)
+        from models.yolo import yolov8
+
+        name, model = spec, yolov8(spec[6:])
+    else:
+        from export_models import export
+
+        name, model = spec, load_model(str(export(spec, work)))
+    return name, onnx.shape_inference.infer_shapes(fix_spatial(model, size))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--precision", choices=("fp16", "fp32"), default="fp16")
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--size", type=int, default=640, help="height and width for inputs whose are symbolic")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--also-always", action="store_true", help="also time --fuse always")
+    ap.add_argument("--costs-cache", help="the measurements' cache (a costs file; default: a new one)")
+    ap.add_argument("--markdown")
+    args = ap.parse_args()
+    os.environ.setdefault("EPIFUSE_TUNE", "1")
+    work = Path(tempfile.mkdtemp(prefix="epifuse-gpu-models-"))
+    batches = tuple(int(b) for b in args.batches.split(","))
+    cache = args.costs_cache or str(work / "costs.json")
+    rows = []
+    for spec in args.models.split(","):
+        try:
+            name, model = original(spec, work, args.size)
+        except Exception as e:  # noqa: BLE001 (report and go on with the next model)
+            print(f"{spec}: cannot build: {e!r}"[:300], flush=True)
+            continue
+        start = time.perf_counter()
+        auto, report = optimize_model(model, target="ort-cuda", precision=args.precision, policy=FusionPolicy(
+            mode="auto", batches=batches, measure_budget_s=1200, cache_path=cache))
+        seconds = time.perf_counter() - start
+        fused = f"{sum(d.fused for d in report.decisions)}/{len(report.decisions)}"
+        print(f"{name}: {fused} fused, optimize {seconds:.1f} s ({report.pass_seconds.get('measure', 0):.1f} s "
+              f"measuring)", flush=True)
+        for d in report.decisions:
+            print(f"  {d.node} {d.pattern} {d.batches} ours {d.ours_us} runtime {d.runtime_us} "
+                  f"{'FUSED' if d.fused else 'no'}: {d.reason}", flush=True)
+        always = optimize_model(model, target="ort-cuda", precision=args.precision,
+                                policy=FusionPolicy(mode="always"))[0] if args.also_always else None
+        for batch in batches:
+            r = compare(model, auto, backend="ort-cuda", batch=batch, precision=args.precision, rounds=args.rounds)
+            row = {"model": name, "batch": batch, "ort": r["original_ms"], "epifuse": r["optimized_ms"],
+                   "speed-up": r["speedup"], "q1": r["speedup_q1"], "q3": r["speedup_q3"], "fused": fused,
+                   "optimize s": seconds, "always": float("nan")}
+            if always is not None:
+                row["always"] = compare(model, always, backend="ort-cuda", batch=batch, precision=args.precision,
+                                        rounds=args.rounds)["speedup"]
+            rows.append(row)
+            print(f"{name} batch {batch}: ORT {row['ort']:.3f} ms, epifuse {row['epifuse']:.3f} ms, "
+                  f"{row['speed-up']:.3f}x ({row['q1']:.3f}-{row['q3']:.3f}); always {row['always']:.3f}x", flush=True)
+    lines = [f"| model | batch | ORT best ms | epifuse ms | speed-up | interquartile | fused | fuse=always |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['model']} | {r['batch']} | {r['ort']:.3f} | {r['epifuse']:.3f} | {r['speed-up']:.3f}x | "
+              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['always']:.3f}x |" for r in rows]
+    print("\n".join(lines))
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
