@@ -47,6 +47,7 @@ class FusionGroup:
     y: gs.Tensor
     x_shape: tuple[int, ...]          # concrete shapes (NCHW, or [N, C] for a Gemm)
     z_shape: tuple[int, ...] | None
+    y_shape: tuple[int, ...]
     weight: np.ndarray                # the conv's filter, OIHW, and bias, as the graph holds them
     bias: np.ndarray
 

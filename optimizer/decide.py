@@ -100,16 +100,16 @@ class Decider:
         static = first and isinstance(first[0], int) and first[0] > 0
         groups = []
         for batch in ([first[0]] if static else self.batches):
-            xs = self.shape_at(graph, x, batch)
+            xs, ys = self.shape_at(graph, x, batch), self.shape_at(graph, y, batch)
             zs = self.shape_at(graph, z, batch) if z is not None else None
-            if xs is None or (z is not None and zs is None):
+            if xs is None or ys is None or (z is not None and zs is None):
                 groups.append(None)
                 continue
             d = replace(desc, N=batch)
             if len(xs) == 4 and (d.H <= 0 or d.W <= 0):
                 d = replace(d, H=xs[2], W=xs[3])
             pattern = "+".join(n.op for n in nodes)
-            groups.append(FusionGroup(name, pattern, d, nodes, x, z, y, xs, zs, weight, bias))
+            groups.append(FusionGroup(name, pattern, d, nodes, x, z, y, xs, zs, ys, weight, bias))
         return groups
 
     def dtype_code(self, weight_dtype) -> int:

@@ -108,7 +108,7 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
         y = mapped.get(id(group.y))
         if y is None:
             raise NotMeasurable(f"the group's nodes do not write '{group.y.name}'")
-        y.dtype = dtype
+        y.dtype, y.shape = dtype, group.y_shape
         graph.outputs.append(_transpose(graph, y, (0, 2, 3, 1), f"y{copy}") if nhwc_io else y)
     return _model(graph)
 
@@ -123,7 +123,7 @@ def _nhwc(shape):
 
 
 def _transpose(graph: gs.Graph, t: gs.Tensor, perm, name: str) -> gs.Variable:
-    out = gs.Variable(name, dtype=t.dtype)
+    out = gs.Variable(name, dtype=t.dtype, shape=[t.shape[p] for p in perm] if t.shape else None)
     graph.nodes.append(gs.Node("Transpose", f"{name}_transpose", {"perm": list(perm)}, [t], [out]))
     return out
 
