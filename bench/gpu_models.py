@@ -1,7 +1,7 @@
 """Held-out models on ONNX Runtime's CUDA EP: the original (ORT's best: CUDA graph, better of
 prefer_nhwc off/on, in the chosen precision) against `epifuse optimize --target ort-cuda` with the
-fusions decided by measuring on this GPU (the default), and optionally against fusing wherever a
-kernel exists (`--fuse always`, the behaviour before cost decisions). One process, interleaved rounds
+fusions decided by measuring on this GPU (the default; `--fuse static` for the static policy), and
+optionally against fusing wherever a kernel exists (`--fuse always`, the behaviour before cost decisions). One process, interleaved rounds
 (`epifuse compare`), each batch size.
 
     python bench/gpu_models.py --models resnext50_32x4d,regnet_y_1_6gf,mixnet_s,/path/ppocrv4_det.onnx \\
@@ -9,7 +9,8 @@ kernel exists (`--fuse always`, the behaviour before cost decisions). One proces
 
 Names are bench/export_models.py's (exported here with random weights and BatchNorm statistics) or
 yolov8n/s/m (built by models/yolo.py); paths are ONNX files, their symbolic height and width set to --size. Needs onnxruntime-gpu and a CUDA
-build of the epifuse library (EPIFUSE_LIB_DIR). Kernels are tuned when first chosen (EPIFUSE_TUNE=1).
+build of the epifuse library (EPIFUSE_LIB_DIR). The library picks kernels by the registry's heuristic
+(`--tune`: timed when first chosen, EPIFUSE_TUNE=1), in the measurements and the models alike.
 """
 from __future__ import annotations
 
@@ -61,9 +62,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--also-always", action="store_true", help="also time --fuse always")
     ap.add_argument("--costs-cache", help="the measurements' cache (a costs file; default: a new one)")
+    ap.add_argument("--tune", action="store_true",
+                    help="tune kernels when first chosen (EPIFUSE_TUNE=1; default: the registry's heuristic)")
+    ap.add_argument("--fuse", default="auto", choices=("auto", "static"), help="how the optimized model decides")
     ap.add_argument("--markdown")
     args = ap.parse_args()
-    os.environ.setdefault("EPIFUSE_TUNE", "1")
+    if args.tune:
+        os.environ["EPIFUSE_TUNE"] = "1"
     work = Path(tempfile.mkdtemp(prefix="epifuse-gpu-models-"))
     batches = tuple(int(b) for b in args.batches.split(","))
     cache = args.costs_cache or str(work / "costs.json")
@@ -76,7 +81,7 @@ def main() -> int:
             continue
         start = time.perf_counter()
         auto, report = optimize_model(model, target="ort-cuda", precision=args.precision, policy=FusionPolicy(
-            mode="auto", batches=batches, measure_budget_s=1200, cache_path=cache))
+            mode=args.fuse, batches=batches, measure_budget_s=1200, cache_path=cache))
         seconds = time.perf_counter() - start
         fused = f"{sum(d.fused for d in report.decisions)}/{len(report.decisions)}"
         print(f"{name}: {fused} fused, optimize {seconds:.1f} s ({report.pass_seconds.get('measure', 0):.1f} s "

@@ -72,23 +72,18 @@ class _CudaRunner:
     """One session on the CUDA EP with inputs and outputs bound on the device; CUDA graph where the
     model allows it (every node on the CUDA EP)."""
 
-    def __init__(self, model: onnx.ModelProto, feeds: dict, prefer_nhwc: bool):
+    def __init__(self, data: bytes, feeds: dict, outputs: dict, prefer_nhwc: bool):
         import onnxruntime as ort  # noqa: PLC0415
 
         from .runtime import create_session  # noqa: PLC0415
 
-        data = model.SerializeToString()
-        probe = create_session(data, backend="ort-cuda", prefer_nhwc=prefer_nhwc)
-        outputs = probe.run(None, feeds)  # the output shapes, for buffers a graph can keep
-        names = [o.name for o in probe.get_outputs()]
-        del probe
         for graph in (True, False):
             try:
                 self.session = create_session(data, backend="ort-cuda", cuda_graph=graph, prefer_nhwc=prefer_nhwc)
                 self.binding = self.session.io_binding()
                 for name, value in feeds.items():
                     self.binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(value, "cuda", 0))
-                for name, value in zip(names, outputs):
+                for name, value in outputs.items():
                     self.binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_shape_and_type(
                         value.shape, value.dtype, "cuda", 0))
                 for _ in range(2):  # the first run with a graph captures it
@@ -108,7 +103,13 @@ class _CudaRunner:
 def _runners(model: onnx.ModelProto, feeds: dict, backend: str) -> list:
     if backend == "ort-cpu":
         return [_CpuRunner(model, feeds)]
-    return [_CudaRunner(model, feeds, prefer_nhwc) for prefer_nhwc in (False, True)]
+    from .runtime import create_session  # noqa: PLC0415
+
+    data = model.SerializeToString()
+    probe = create_session(data, backend="ort-cuda")
+    outputs = dict(zip([o.name for o in probe.get_outputs()], probe.run(None, feeds)))  # shapes a graph can keep
+    del probe
+    return [_CudaRunner(data, feeds, outputs, prefer_nhwc) for prefer_nhwc in (False, True)]
 
 
 def _best(runners: list, warmup: int) -> object:

@@ -97,7 +97,7 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
                 raise NotMeasurable(f"'{t.name}' is read by the group but is not its input")
             pending.remove(ready)
             inputs = [gs.Variable.empty() if not t.name else mapped[id(t)] if id(t) in mapped
-                      else _constant(constants, t, dtype) for t in ready.inputs]
+                      else _constant(constants, t, dtype, copy) for t in ready.inputs]
             outputs = []
             for t in ready.outputs:
                 out = gs.Variable(f"{t.name}_{copy}", dtype=None)
@@ -128,13 +128,21 @@ def _transpose(graph: gs.Graph, t: gs.Tensor, perm, name: str) -> gs.Variable:
     return out
 
 
-def _constant(cache: dict, t: gs.Tensor, dtype) -> gs.Constant:
-    if t.name not in cache:
-        v = constant_value(t)
+def _constant(cache: dict, t: gs.Tensor, dtype, copy: int) -> gs.Constant:
+    """The constant in the micro-model's dtype. Every copy gets weights of its own (scaled by 1 + copy/1000):
+    identical nodes on identical inputs would be merged into one by ORT's common-subexpression
+    elimination, and a real model's layers each read their own weights anyway."""
+    v = constant_value(t)
+    key = (t.name, copy if v.size > 1 and v.dtype.kind == "f" else 0)
+    if key not in cache:
         if v.dtype == np.float32 and dtype != np.float32:
             v = v.astype(dtype)
-        cache[t.name] = gs.Constant(f"c{len(cache)}_{t.name}", np.ascontiguousarray(v))
-    return cache[t.name]
+        cache[key] = gs.Constant(f"c{len(cache)}_{t.name}", np.ascontiguousarray(_own(v, key[1])))
+    return cache[key]
+
+
+def _own(values: np.ndarray, copy: int) -> np.ndarray:
+    return values if copy == 0 else (values.astype(np.float32) * (1 + copy / 1000)).astype(values.dtype)
 
 
 def fused_model(group: FusionGroup, copies: int = 1) -> onnx.ModelProto:
@@ -142,16 +150,17 @@ def fused_model(group: FusionGroup, copies: int = 1) -> onnx.ModelProto:
     d, dtype = group.desc, _np_dtype(group.dtype)
     x = gs.Variable("x", dtype, (d.N, d.H, d.W, d.C))
     z = gs.Variable("z", dtype, _output_nhwc(d)) if _separate_z(group) else x if d.residual != "none" else None
-    w = gs.Constant("w", np.ascontiguousarray(np.transpose(group.weight, (0, 2, 3, 1)).astype(dtype)))
-    b = gs.Constant("b", np.ascontiguousarray(group.bias.astype(dtype)))
+    krsc = np.ascontiguousarray(np.transpose(group.weight, (0, 2, 3, 1)).astype(dtype))
+    bias = np.ascontiguousarray(group.bias.astype(dtype))
     graph = gs.Graph(inputs=[x] + ([z] if _separate_z(group) else []), opset=OPSET)
     attrs = {"strides": [d.stride_h, d.stride_w], "pads": [d.pad_top, d.pad_left, d.pad_bottom, d.pad_right],
              "dilations": [d.dil_h, d.dil_w], "group": d.group, "activation": d.activation, "residual": d.residual,
              "plugin_namespace": contract.PLUGIN_NAMESPACE, "plugin_version": contract.PLUGIN_VERSION}
     if d.activation_params:
         attrs["activation_params"] = [float(p) for p in d.activation_params]
-    for copy in range(copies):
+    for copy in range(copies):  # each copy with weights of its own, as in runtime_model
         y = gs.Variable(f"y{copy}", dtype, _output_nhwc(d))
+        w, b = gs.Constant(f"w{copy}", _own(krsc, copy)), gs.Constant(f"b{copy}", _own(bias, copy))
         graph.nodes.append(gs.Node(contract.OP_TYPE, f"fused{copy}", dict(attrs), [x, w, b] + ([z] if z else []), [y],
                                    domain=contract.DOMAIN))
         graph.outputs.append(y)
@@ -165,11 +174,13 @@ def _output_nhwc(d) -> tuple[int, int, int, int]:
 
 
 def transpose_model(shape, dtype: str, copies: int = 1) -> onnx.ModelProto:
-    """NHWC -> NCHW of a tensor of NCHW shape `shape` (the Transpose a region edge costs)."""
+    """NHWC -> NCHW of a tensor of NCHW shape `shape` (the Transpose a region edge costs); each copy
+    reads an input of its own (ORT would merge identical Transposes of one input)."""
     np_dtype = _np_dtype(dtype)
-    x = gs.Variable("x", np_dtype, _nhwc(shape))
-    graph = gs.Graph(inputs=[x], opset=OPSET)
+    graph = gs.Graph(opset=OPSET)
     for copy in range(copies):
+        x = gs.Variable("x" if copy == 0 else f"x{copy}", np_dtype, _nhwc(shape))
+        graph.inputs.append(x)
         graph.outputs.append(_transpose(graph, x, (0, 3, 1, 2), f"y{copy}"))
     return _model(graph)
 

@@ -74,9 +74,13 @@ def test_both_micro_models_compute_the_group(name, tmp_path):
         for out in model.graph.output:
             dims = out.type.tensor_type.shape.dim
             assert dims and all(d.dim_value > 0 for d in dims), (label, out.name)
-        for y in _run(model, nhwc if "fused" in label or "NHWC" in label else nchw):
+        outputs = _run(model, nhwc if "fused" in label or "NHWC" in label else nchw)
+        for copy, y in enumerate(outputs):
             y = y if "runtime," in label and "NHWC" not in label or label == "runtime" else y.transpose(0, 3, 1, 2)
-            assert rel_l2(y, reference) < 1e-5, label
+            # copies after the first have their own weights (scaled by 1 + copy/1000), so ORT cannot merge them
+            assert rel_l2(y, reference) < (1e-5 if copy == 0 else 1e-2), label
+        if len(outputs) > 1:
+            assert not np.array_equal(outputs[0], outputs[1]), label
 
 
 def test_micro_models_run_in_the_precision_the_model_will_run_in(tmp_path):
