@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import onnx  # noqa: E402
 import torch  # noqa: E402
 
-from optimizer.pipeline import optimize_model  # noqa: E402
+from optimizer.pipeline import FusionPolicy, optimize_model  # noqa: E402
 from optimizer.runtime import bind_torch, providers_for, session_options  # noqa: E402
 
 
@@ -255,9 +255,11 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
             model, original = None, resnet50()
     original = onnx.shape_inference.infer_shapes(original)  # optimize_model expects a checked model
     if original.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
-        original, _ = optimize_model(original, target="ort-cuda", precision="fp16",
+        original, _ = optimize_model(original, target="ort-cuda", precision="fp16", policy=FusionPolicy(mode="always"),
                                      kernel_query=lambda t, d: (0, "baseline: precision only"))
-    optimized, report = optimize_model(original, target="ort-cuda", precision="fp16")
+    batches = tuple(int(b) for b in args.batches.split(","))  # decided for every batch size timed below
+    optimized, report = optimize_model(original, target="ort-cuda", precision="fp16",
+                                       policy=FusionPolicy(batches=batches, measure_budget_s=1200))
     print(f"{name}: {report.fused_count()} FusedConv, {report.ops_after.get('Transpose', 0)} Transpose left",
           flush=True)
     out_shapes = [[d.dim_value for d in o.type.tensor_type.shape.dim][1:] for o in original.graph.output]

@@ -54,6 +54,7 @@ def _remove_output(path: str) -> None:
 
 def _run_optimize(args, console: Console, in_path: str, out_path: str, bench: bool = False) -> int:
     """Optimizes, then verifies and times where asked; a failed check removes the output again."""
+    _check_report_path(args.report, in_path, out_path)
     progress = _progress(console) if console.is_terminal else None
     written = False
     try:
@@ -97,9 +98,19 @@ def _run_optimize(args, console: Console, in_path: str, out_path: str, bench: bo
     return 0
 
 
-def _write_report(path: str, text: str, *models: str) -> None:
-    if any(os.path.exists(path) and os.path.exists(m) and os.path.samefile(path, m) for m in models):
+def _check_report_path(path: str | None, *models: str) -> None:
+    """Before any work: the report may not take a model's place, and its folder must exist."""
+    if not path:
+        return
+    if any(os.path.abspath(path) == os.path.abspath(m) or
+           (os.path.exists(path) and os.path.exists(m) and os.path.samefile(path, m)) for m in models):
         raise EpifuseError("--report would overwrite a model; choose another file", path=path)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise EpifuseError("--report: folder does not exist", path=path)
+
+
+def _write_report(path: str, text: str, *models: str) -> None:
+    _check_report_path(path, *models)
     try:
         with open(path, "w") as f:
             f.write(text)

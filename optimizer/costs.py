@@ -249,6 +249,12 @@ class MeasuredCosts(Costs):
             return f"not measurable: {self.failures[group.key]}"
         return f"measuring budget of {self.budget_s:g} s spent" if self.spent else "shapes not fully known"
 
+    def close(self) -> None:
+        """Ends the timer's worker, if it has one."""
+        close = getattr(self.timer, "close", None)
+        if close is not None:
+            close()
+
     def save_cache(self) -> None:
         if self.cache_path:
             try:

@@ -191,67 +191,111 @@ def _feeds(model: onnx.ModelProto, dtype: str, rng) -> dict[str, np.ndarray]:
 
 
 class OrtCpuTimer:
-    """ONNX Runtime's CPU EP with its default graph optimizations and threads, as `epifuse compare` runs it."""
-
-    MIN_RUNS, MAX_RUNS, GROUP_SECONDS = 3, 15, 2.0
+    """ONNX Runtime's CPU EP with its default graph optimizations and threads, as `epifuse compare` runs it.
+    The sessions run in a worker process: their memory (thread pools, kernels' buffers) goes when the
+    worker does instead of raising the optimizer's peak, and a micro-model that crashes the library
+    costs its group's measurement, not the optimizer."""
 
     def __init__(self):
         import onnxruntime as ort
 
-        self.ort = ort
         self.device = f"{_cpu_name()} ({len(os.sched_getaffinity(0))} threads)"
         self.library = f"onnxruntime {ort.__version__} cpu, epifuse {__version__}"
-        self.rng = np.random.default_rng(0)
-        self.folder = tempfile.mkdtemp(prefix="epifuse-measure-")
+        self._worker = None
 
-    def _session(self, model: onnx.ModelProto):
-        from .runtime import session_options
+    def time_pair(self, a: bytes, b: bytes, dtype: str, skip_ops=LAYOUT_GLUE) -> tuple[float, float]:
+        """Median kernel time per run (µs) of two serialized micro-models, run interleaved; nodes of
+        the ops in `skip_ops` (and the residual's source) are not counted."""
+        import multiprocessing
 
-        so = session_options(allow_spinning=False)  # two sessions take turns: see optimizer.compare
-        so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(self.folder, "profile")
-        return self.ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-    def _median_kernel_us(self, session, skip_ops) -> float:
-        path = session.end_profiling()
+        if self._worker is None:
+            parent, child = multiprocessing.get_context("spawn").Pipe()
+            process = multiprocessing.get_context("spawn").Process(target=_cpu_worker, args=(child,), daemon=True)
+            process.start()
+            child.close()
+            self._worker = (process, parent)
+        process, conn = self._worker
         try:
-            with open(path) as f:
-                events = json.load(f)
-        finally:
-            os.unlink(path)
-        return _median_run_us(events, skip_ops)
+            conn.send((a, b, dtype, tuple(skip_ops)))
+            result = conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            process.join(timeout=5)
+            self._worker = None
+            raise NotMeasurable(f"the measuring process died (exit code {process.exitcode})") from None
+        if isinstance(result, str):
+            raise NotMeasurable(result)
+        return result
 
-    def time_pair(self, a: onnx.ModelProto, b: onnx.ModelProto, dtype: str,
-                  skip_ops=LAYOUT_GLUE) -> tuple[float, float]:
-        """Median kernel time per run (µs) of two micro-models, run interleaved; nodes of the ops in
-        `skip_ops` (and the residual's source) are not counted."""
-        sessions = [self._session(m) for m in (a, b)]
-        feeds = [_feeds(m, dtype, self.rng) for m in (a, b)]
-        walls: list[list[float]] = [[], []]
-        start = time.perf_counter()
-        for run in range(self.MAX_RUNS + 1):
-            for i, (s, f) in enumerate(zip(sessions, feeds)):
-                t = time.perf_counter()
-                s.run(None, f)
-                if run:  # the first run is the warm-up
-                    walls[i].append(time.perf_counter() - t)
-            if run >= self.MIN_RUNS and (_clearly_apart(walls) or time.perf_counter() - start > self.GROUP_SECONDS):
-                break
-        return tuple(self._median_kernel_us(s, skip_ops) for s in sessions)
+    def close(self) -> None:
+        if self._worker is not None:
+            process, conn = self._worker
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+            process.join(timeout=10)
+            self._worker = None
 
     def group_times(self, group: FusionGroup) -> tuple[float, float]:
-        try:
-            runtime, ours = self.time_pair(runtime_model(group, residual_source=True), fused_model(group),
-                                           group.dtype)
-        except NotMeasurable:
-            raise
-        except Exception as e:  # ORT refusing a micro-model: the group is left to the static policy
-            raise NotMeasurable(str(e).splitlines()[0][:200]) from None
-        return ours, runtime
+        # serialized one at a time: a large layer's weights are copied into each model while it is built
+        runtime = runtime_model(group, residual_source=True).SerializeToString()
+        ours = fused_model(group).SerializeToString()
+        runtime_us, ours_us = self.time_pair(runtime, ours, group.dtype)
+        return ours_us, runtime_us
 
     def transpose_times(self, shape, dtype: str) -> float:
-        m = transpose_model(shape, dtype)
+        m = transpose_model(shape, dtype).SerializeToString()
         return self.time_pair(m, m, dtype, skip_ops=())[0]
+
+
+MIN_RUNS, MAX_RUNS, GROUP_SECONDS = 3, 15, 2.0
+
+
+def _cpu_worker(conn) -> None:
+    """The measuring process: (model bytes a, model bytes b, dtype, ops to skip) in, times or an error out."""
+    import onnxruntime as ort
+
+    from .runtime import session_options
+
+    folder = tempfile.mkdtemp(prefix="epifuse-measure-")
+    rng = np.random.default_rng(0)
+
+    def session(data: bytes):
+        so = session_options(allow_spinning=False)  # two sessions take turns: see optimizer.compare
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(folder, "profile")
+        so.log_severity_level = 4  # a refused micro-model is reported as one line, not ORT's log
+        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+    while True:
+        request = conn.recv()
+        if request is None:
+            return
+        data_a, data_b, dtype, skip_ops = request
+        try:
+            sessions = [session(d) for d in (data_a, data_b)]
+            feeds = [{i.name: _random([d if isinstance(d, int) else 1 for d in i.shape], dtype, rng)
+                      for i in s.get_inputs()} for s in sessions]
+            walls: list[list[float]] = [[], []]
+            start = time.perf_counter()
+            for run in range(MAX_RUNS + 1):
+                for i, (s, f) in enumerate(zip(sessions, feeds)):
+                    t = time.perf_counter()
+                    s.run(None, f)
+                    if run:  # the first run is the warm-up
+                        walls[i].append(time.perf_counter() - t)
+                if run >= MIN_RUNS and (_clearly_apart(walls) or time.perf_counter() - start > GROUP_SECONDS):
+                    break
+            times = []
+            for s in sessions:
+                path = s.end_profiling()
+                with open(path) as f:
+                    events = json.load(f)
+                os.unlink(path)
+                times.append(_median_run_us(events, skip_ops))
+            conn.send(tuple(times))
+        except Exception as e:  # noqa: BLE001 (ORT refusing a micro-model: the group goes to the static policy)
+            conn.send(str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
 
 
 def _clearly_apart(walls) -> bool:

@@ -165,8 +165,12 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         graph = pool_as_conv(graph, report, target, decider, kernel_query)
     with _timed(report, "fold_batchnorm", progress, free_memory):
         graph = fold_batchnorm(graph, report)
-    with _timed(report, "fuse_conv", progress, free_memory, decider.costs):
-        graph = fuse_conv(graph, report, target, kernel_query, decider)
+    try:
+        with _timed(report, "fuse_conv", progress, free_memory, decider.costs):
+            graph = fuse_conv(graph, report, target, kernel_query, decider)
+    finally:
+        if isinstance(decider.costs, MeasuredCosts):
+            decider.costs.close()
     if isinstance(decider.costs, MeasuredCosts):
         decider.costs.save_cache()
         if policy and policy.export_costs:
