@@ -217,6 +217,9 @@ class MeasuredCosts(Costs):
             start = self.clock()
             try:
                 ours, runtime = self.timer.group_times(group)
+                if ours < runtime:  # a win is measured again and kept as the worse of the two: on a small
+                    again = self.timer.group_times(group)  # layer, noise alone can make one reading a win
+                    ours, runtime = max(ours, again[0]), min(runtime, again[1])
             except Exception as e:  # noqa: BLE001 (a micro-model ORT refuses is left to the static policy)
                 self.failures[group.key] = str(e)
                 return None

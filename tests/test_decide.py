@@ -28,7 +28,8 @@ class FakeTimer:
         if self.clock is not None:
             self.clock.advance(self.seconds_per_call)
         t = self.times[group.name]
-        return t(group.desc.N) if callable(t) else t
+        t = t(group.desc.N) if callable(t) else t
+        return t.pop(0) if isinstance(t, list) else t  # a list: one reading per call
 
     def transpose_times(self, shape, dtype):
         return self.transpose_us
@@ -95,7 +96,7 @@ def test_a_symbolic_batch_fuses_only_where_faster_at_every_batch_asked_for(tmp_p
     timer = FakeTimer({a: lambda n: (10.0, 20.0) if n == 1 else (300.0, 200.0), b: (10.0 * 1, 20.0)})
     _, report = _optimize(model, timer, tmp_path=tmp_path, batches=(1, 16))
     assert _fused_convs(report) == [b]
-    assert sorted(timer.calls) == [(a, 1), (a, 16), (b, 1), (b, 16)]
+    assert sorted(set(timer.calls)) == [(a, 1), (a, 16), (b, 1), (b, 16)]
     assert {d.node: d.batches for d in report.decisions}[a] == [1, 16]
 
 
@@ -103,7 +104,7 @@ def test_a_static_batch_is_decided_at_its_own_size(tmp_path):
     model, (a,) = _chain(1, batch=3)
     timer = FakeTimer({a: (10.0, 20.0)})
     _optimize(model, timer, tmp_path=tmp_path, batches=(1, 16))
-    assert timer.calls == [(a, 3)]
+    assert set(timer.calls) == {(a, 3)}
 
 
 def test_region_keeps_a_slightly_slower_conv_fused_between_two_fast_ones(tmp_path):
@@ -125,13 +126,23 @@ def test_region_leaves_an_isolated_small_win_when_its_transposes_cost_more(tmp_p
     assert report.decisions[0].reason == "faster alone; region: 6.0 µs of Transposes saved by not fusing it at batch 1"
 
 
+def test_a_measured_win_is_confirmed_by_a_second_reading(tmp_path):
+    model, (a, b) = _chain(2, pool_between=True)
+    timer = FakeTimer({a: [(5.0, 20.0), (30.0, 19.0)], b: [(5.0, 20.0), (6.0, 21.0)]})
+    _, report = _optimize(model, timer, tmp_path=tmp_path)
+    decisions = {d.node: d for d in report.decisions}
+    assert not decisions[a].fused and decisions[a].ours_us == [30.0] and decisions[a].runtime_us == [19.0]
+    assert decisions[b].fused and decisions[b].ours_us == [6.0] and decisions[b].runtime_us == [20.0]
+    assert timer.calls == [(a, 1), (a, 1), (b, 1), (b, 1)]
+
+
 def test_measuring_stops_at_the_budget_and_the_rest_follows_the_static_policy(tmp_path):
     model, names = _chain(4, pool_between=True)
     clock = FakeClock()
-    timer = FakeTimer({n: (1.0, 100.0) for n in names}, clock=clock, seconds_per_call=10.0)
+    timer = FakeTimer({n: (1.0, 100.0) for n in names}, clock=clock, seconds_per_call=5.0)
     _, report = _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32",
                           measure_budget_s=15.0, clock=clock)
-    assert len(timer.calls) == 2  # started at 0 and 10 s, then past the budget
+    assert len(set(timer.calls)) == 2  # started at 0 and 10 s (a win is read twice), then past the budget
     decisions = {d.node: d for d in report.decisions}
     assert [decisions[n].fused for n in names] == [True, True, False, False]
     assert "budget of 15 s spent" in decisions[names[3]].reason
@@ -142,7 +153,7 @@ def test_the_cache_makes_a_second_run_measure_nothing(tmp_path):
     model, (a, b) = _chain(2, pool_between=True)
     first = FakeTimer({a: (10.0, 20.0), b: (30.0, 20.0)})
     _, r1 = _optimize(model, first, tmp_path=tmp_path)
-    assert len(first.calls) == 2
+    assert len(set(first.calls)) == 2
     second = FakeTimer({})  # raises KeyError if asked
     _, r2 = _optimize(model, second, tmp_path=tmp_path)
     assert second.calls == [] and _fused_convs(r2) == _fused_convs(r1) == [a]
@@ -258,7 +269,7 @@ def test_shapes_behind_exporters_shape_arithmetic_are_inferred_per_batch(tmp_pat
     convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
     timer = FakeTimer({c: (1.0, 2.0) for c in convs})
     _, report = _optimize(model, timer, tmp_path=tmp_path, batches=(3,))
-    assert sorted(timer.calls) == sorted((c, 3) for c in convs)
+    assert sorted(set(timer.calls)) == sorted((c, 3) for c in convs)
     assert all(d.fused for d in report.decisions)
 
 
