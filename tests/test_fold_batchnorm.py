@@ -162,3 +162,80 @@ def test_fp16_model_is_folded_in_float64_and_rounded_once():
     exact = w.astype(np.float64) * scale[:, None, None, None]
     assert w_folded.dtype == np.float16
     np.testing.assert_array_equal(w_folded, exact.astype(np.float16))
+
+
+# --- regressions: folds that changed a model's answer ------------------------------------------
+
+def _optimized_matches_original(model, feeds):
+    """The whole pipeline (every candidate fused), then ORT on both, NaN and Inf at the same places."""
+    from optimizer.pipeline import FusionPolicy, optimize_model
+    from optimizer.verify import verify
+
+    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(model), policy=FusionPolicy(mode="always"))
+    result = verify(model, optimized, inputs=feeds)
+    assert result["passed"], result
+    return optimized, report
+
+
+def test_conv_whose_bias_is_a_graph_input_keeps_it():
+    rng = np.random.default_rng(3)
+    names, bn = _bn_inits(rng, 4)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    m = _model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                helper.make_node("BatchNormalization", ["c", *names], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6]),
+                helper.make_tensor_value_info("b", TensorProto.FLOAT, [4])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [w, *bn])
+    feeds = {"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32),
+             "b": rng.standard_normal(4).astype(np.float32) * 3}
+    optimized, report = _optimized_matches_original(m, feeds)
+    assert "b" in [i.name for i in optimized.graph.input] and report.bn_folded["Conv"] == 0
+
+
+def test_conv_whose_bias_is_a_graph_input_keeps_a_following_constant_add():
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 1, 1)).astype(np.float32), "w")
+    shift = numpy_helper.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float32), "shift")
+    m = _model([helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Add", ["c", "shift"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5]),
+                helper.make_tensor_value_info("b", TensorProto.FLOAT, [4])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])], [w, shift])
+    _optimized_matches_original(m, {"x": rng.standard_normal((1, 3, 5, 5)).astype(np.float32),
+                                    "b": rng.standard_normal(4).astype(np.float32)})
+
+
+@pytest.mark.parametrize("c_kind", ["graph input", "per row [K, 1]"])
+def test_gemm_bn_fold_is_refused_before_any_weight_changes(c_kind):
+    rng = np.random.default_rng(5)
+    k = 6
+    names, bn = _bn_inits(rng, k)
+    b = numpy_helper.from_array(rng.standard_normal((k, k)).astype(np.float32), "B")  # M == K == N
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [k, k])]
+    inits = [b, *bn]
+    feeds = {"a": rng.standard_normal((k, k)).astype(np.float32)}
+    if c_kind == "graph input":
+        inputs.append(helper.make_tensor_value_info("C", TensorProto.FLOAT, [k]))
+        feeds["C"] = rng.standard_normal(k).astype(np.float32)
+    else:
+        inits.append(numpy_helper.from_array(rng.standard_normal((k, 1)).astype(np.float32), "C"))
+    m = _model([helper.make_node("Gemm", ["a", "B", "C"], ["g"]),
+                helper.make_node("BatchNormalization", ["g", *names], ["y"])],
+               inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [k, k])], inits)
+    _, report = _optimized_matches_original(m, feeds)
+    assert report.bn_folded["Gemm"] == 0 and report.bn_to_affine == 1
+
+
+def test_bn_with_zero_variance_and_epsilon_is_left_as_it_is():
+    rng = np.random.default_rng(6)
+    params = [v.astype(np.float32) for v in _bn_params(rng, 4)]
+    params[3][2] = 0.0  # channel 2: variance 0, epsilon 0 -> ±inf and NaN in the original
+    names = [f"bn_{k}" for k in ("scale", "bias", "mean", "var")]
+    bn = [numpy_helper.from_array(v, n) for v, n in zip(params, names)]
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    m = _model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                helper.make_node("BatchNormalization", ["c", *names], ["y"], epsilon=0.0)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])], [w, *bn])
+    optimized, report = _optimized_matches_original(m, {"x": rng.standard_normal((1, 3, 5, 5)).astype(np.float32)})
+    assert "BatchNormalization" in ops(optimized)
+    assert any("variance + epsilon is zero or negative in channel 2" in s.reason for s in report.skipped)

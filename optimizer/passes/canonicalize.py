@@ -91,7 +91,10 @@ def bias_add_into_conv(graph: gs.Graph, report: Report) -> None:
             k = w.shape[0]
             if bias.size != k or bias.shape not in ((1, k, 1, 1), (k, 1, 1)) or bias.dtype != w.dtype:
                 continue
-            old = constant_value(conv.inputs[2]) if len(conv.inputs) > 2 else None
+            has_bias = len(conv.inputs) > 2 and bool(conv.inputs[2].name)
+            old = constant_value(conv.inputs[2]) if has_bias else None
+            if has_bias and old is None:
+                continue  # a bias computed at run time cannot absorb the constant
             new_bias = bias.reshape(k) + (old if old is not None else 0)
             b = make_constant(graph, f"{conv.name}_bias", new_bias.astype(w.dtype))
             set_inputs(conv, [conv.inputs[0], conv.inputs[1], b])

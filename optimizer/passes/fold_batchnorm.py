@@ -28,8 +28,13 @@ def _why_not_foldable(bn: gs.Node) -> str | None:
         return "BatchNormalization in training mode"
     if any(o.outputs for o in bn.outputs[1:]):
         return "running statistics outputs are used"
-    if _bn_scale_shift(bn) is None:
+    found = _bn_scale_shift(bn)
+    if found is None:
         return "statistics are not constants"
+    scale, _ = found
+    bad = np.flatnonzero(~np.isfinite(scale))
+    if bad.size:  # variance + epsilon <= 0: BN gives ±inf (or NaN) per element, a fold NaN for the channel
+        return f"variance + epsilon is zero or negative in channel {int(bad[0])} (scale {scale[bad[0]]})"
     return None
 
 
@@ -43,10 +48,14 @@ def _scaled(const: gs.Tensor, w: np.ndarray, factor: np.ndarray) -> np.ndarray:
 
 
 def _fold_conv(graph, node, scale, shift) -> bool:
+    """Every precondition is checked before a weight is touched (`_scaled` may scale in place)."""
     w = constant_value(node.inputs[1])
     if w is None:
         return False
-    b = constant_value(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2].name else None
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2].name)
+    b = constant_value(node.inputs[2]) if has_bias else None
+    if has_bias and b is None:
+        return False  # a bias computed at run time (a graph input, say) cannot take the shift
     k = scale.size
     if node.op == "Conv":
         if w.shape[0] != k:
@@ -67,6 +76,7 @@ def _fold_conv(graph, node, scale, shift) -> bool:
 
 
 def _fold_gemm(graph, node, scale, shift) -> bool:
+    """Every precondition is checked before B is touched (`_scaled` may scale it in place)."""
     w = constant_value(node.inputs[1])
     if w is None or w.ndim != 2:
         return False
@@ -74,13 +84,16 @@ def _fold_gemm(graph, node, scale, shift) -> bool:
     n_out = w.shape[0] if trans_b else w.shape[1]
     if n_out != scale.size:
         return False
-    w_new = _scaled(node.inputs[1], w, scale[:, None] if trans_b else scale[None, :])
     alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
-    c = constant_value(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2].name else None
-    if len(node.inputs) > 2 and node.inputs[2].name and c is None:
+    has_c = len(node.inputs) > 2 and bool(node.inputs[2].name)
+    c = constant_value(node.inputs[2]) if has_c else None
+    if has_c and c is None:
         return False
-    if c is not None and c.size not in (1, n_out):
+    # C broadcasts to [M, N]: only a scalar or one value per output column ([N] or [1, N]) is a bias
+    # per BN channel; [N, 1] is one value per row, whatever M is
+    if c is not None and c.size != 1 and c.shape not in ((n_out,), (1, n_out)):
         return False
+    w_new = _scaled(node.inputs[1], w, scale[:, None] if trans_b else scale[None, :])
     c_full = np.broadcast_to(c.astype(np.float64).reshape(-1) * beta, (n_out,)) if c is not None else np.zeros(n_out)
     c_new = c_full * scale + shift
     node.attrs["beta"] = 1.0
