@@ -124,3 +124,77 @@ def test_unit_dim_transpose_before_flatten_is_dropped():
     rng = np.random.default_rng(0)
     feeds = {"x0": rng.standard_normal((N, H, W, C)).astype(np.float32)}
     assert rel_l2(run_ort(out, feeds)[0], run_ort(nodes_model, feeds)[0]) < 1e-6
+
+
+# --- regressions: the layout pass changed a model's answer or shape -----------------------------
+
+def _conv_then(tail, inits=(), extra_inputs=(), feeds=None):
+    """x [2, 8, 6, 6] → Conv 3x3 → Relu ("r") → `tail` nodes writing "y", through every pass (each
+    candidate fused), compared with ORT on the original."""
+    from optimizer.pipeline import FusionPolicy, optimize_model
+    from optimizer.verify import verify
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             *tail]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 6, 6]), *extra_inputs]
+    m = helper.make_model(helper.make_graph(nodes, "t", inputs, [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, None)], [w, *inits]), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    m = onnx.shape_inference.infer_shapes(m)
+    optimized, _ = optimize_model(m, policy=FusionPolicy(mode="always"))
+    result = verify(m, optimized, inputs=feeds)
+    assert result["passed"], result
+    return optimized
+
+
+def _const(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, 3, 4, -1, -3])
+def test_flatten_after_a_pooled_nhwc_region_keeps_its_shape(axis):
+    _conv_then([helper.make_node("GlobalAveragePool", ["r"], ["p"]), helper.make_node("Flatten", ["p"], ["y"], axis=axis)])
+
+
+def test_resize_with_sizes_computed_from_shape_keeps_them_nchw():
+    w2 = numpy_helper.from_array(np.random.default_rng(2).standard_normal((8, 8, 3, 3)).astype(np.float32), "w2")
+    _conv_then([helper.make_node("Shape", ["r"], ["s"]),
+                helper.make_node("Slice", ["s", "zero", "two"], ["nc"]),
+                helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+                helper.make_node("Resize", ["r", "", "", "sizes"], ["up"], mode="nearest"),
+                helper.make_node("Conv", ["up", "w2"], ["y"], pads=[1, 1, 1, 1])],
+               inits=[w2, _const("zero", np.array([0], np.int64)), _const("two", np.array([2], np.int64)),
+                      _const("hw", np.array([12, 10], np.int64))])
+
+
+def test_resize_with_scales_from_a_graph_input_and_a_computed_roi():
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])
+    scales = helper.make_tensor_value_info("scales", TensorProto.FLOAT, [4])
+    w = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Resize", ["r", "roi", "scales"], ["up"], mode="nearest"),
+             helper.make_node("Conv", ["up", "w"], ["y"], pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["scales", "zero"], ["roi_half"]),
+             helper.make_node("Concat", ["roi_half", "ones"], ["roi"], axis=0)]
+    inits = [w, numpy_helper.from_array(np.zeros(4, np.float32), "zero"),
+             numpy_helper.from_array(np.ones(4, np.float32), "ones")]
+    m = helper.make_model(helper.make_graph(nodes, "t", [x, scales], [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, None)], inits), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    from optimizer.pipeline import FusionPolicy, optimize_model
+    from optimizer.verify import verify
+
+    m = onnx.shape_inference.infer_shapes(m)
+    optimized, _ = optimize_model(m, policy=FusionPolicy(mode="always"))
+    feeds = {"x": rng.standard_normal((1, 4, 6, 6)).astype(np.float32),
+             "scales": np.array([1, 1, 2, 2], np.float32)}
+    assert verify(m, optimized, inputs=feeds)["passed"]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 8, 1, 1), (2, 1, 1, 1, 1), (3, 1, 8, 6, 6)])
+def test_elementwise_with_a_five_d_constant_stays_nchw(shape):
+    value = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    _conv_then([helper.make_node("Add", ["r", "k"], ["y"])], inits=[_const("k", value)])

@@ -92,13 +92,23 @@ def moves_only_unit_dims(t: gs.Node) -> bool:
     return kept == sorted(kept)
 
 
+def _flatten_keeps_shape(node: gs.Node, perm) -> bool:
+    """Flatten(axis) gives [prod(dims before axis), prod(the rest)]: the same for the transposed input
+    only when no dim crosses the axis, i.e. axis 0, the rank, or 1 with the batch dim staying first."""
+    rank = len(perm)
+    axis = int(node.attrs.get("axis", 1))
+    axis = axis + rank if axis < 0 else axis
+    return axis in (0, rank) or (axis == 1 and perm[0] == 0)
+
+
 def drop_before_reshape(graph: gs.Graph, t: gs.Node) -> bool:
     """Flatten/Reshape read memory order only, so a Transpose that moves no memory can go."""
     out = t.outputs[0]
     if not out.outputs or out in graph.outputs or not moves_only_unit_dims(t):
         return False
-    if not all(c.op in ("Flatten", "Reshape") and c.inputs[0] is out and
-               (c.op == "Flatten" or constant_value(c.inputs[1]) is not None and 0 not in constant_value(c.inputs[1]))
+    if not all(c.inputs[0] is out and (
+            c.op == "Flatten" and _flatten_keeps_shape(c, _perm(t)) or
+            c.op == "Reshape" and constant_value(c.inputs[1]) is not None and 0 not in constant_value(c.inputs[1]))
                for c in out.outputs):
         return False
     _bypass(graph, t)
@@ -149,8 +159,8 @@ class _Pusher:
                     return None
                 perm = src[1]
                 moved.append(i)
-            elif constant_value(t) is None:
-                return None
+            elif constant_value(t) is None or constant_value(t).ndim > 4:
+                return None  # a constant of rank 5 broadcasts the output out of 4-D
         if perm is None:
             return None
         if not self.greedy and self.cost(node, perm, moved) > 0:
@@ -226,12 +236,15 @@ class _Pusher:
             if mode not in ("nearest", b"nearest") or "axes" in node.attrs:
                 return False
             inputs = list(node.inputs)
-            if len(inputs) > 1 and inputs[1].name and constant_value(inputs[1]).size:
-                return False  # a non-empty roi
+            if len(inputs) > 1 and inputs[1].name and (constant_value(inputs[1]) is None or
+                                                        constant_value(inputs[1]).size):
+                return False  # a roi computed at run time, or a non-empty one
             for idx in (2, 3):
                 if len(inputs) > idx and inputs[idx].name:
                     v = constant_value(inputs[idx])
-                    if v is None or v.size == 0:
+                    if v is None:
+                        return False  # sizes or scales computed at run time are in NCHW order
+                    if v.size == 0:
                         continue
                     if v.size != 4:
                         return False
