@@ -27,8 +27,8 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
         if vi.name in initializers:
             continue
         tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else (SYMBOLIC_BATCH if i == 0 else SYMBOLIC_OTHER)
-                 for i, d in enumerate(tt.shape.dim)]
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value != -1  # -1: paddle2onnx's dynamic dim
+                 else (SYMBOLIC_BATCH if i == 0 else SYMBOLIC_OTHER) for i, d in enumerate(tt.shape.dim)]
         if any(d < 0 for d in shape) or np.prod(shape, dtype=np.float64) > MAX_RANDOM_ELEMENTS:
             raise EpifuseError(f"input '{vi.name}': shape {shape} is too large or invalid for random inputs; "
                                "pass --inputs FILE.npz")

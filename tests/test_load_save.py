@@ -55,12 +55,44 @@ def test_truncated_protobuf(tmp_path, model_file, capsys):
 
 
 def test_unsupported_opset(tmp_path, capsys):
+    from optimizer.passes.load import max_opset
+
     m = zoo.build("resnet_tiny")
-    m.opset_import[0].version = 22
+    m.opset_import[0].version = max_opset() + 1
     path = tmp_path / "new.onnx"
     onnx.save(m, path)
     msg = _cli_error(capsys, ["optimize", str(path), "-o", str(tmp_path / "o.onnx")], str(tmp_path / "o.onnx"))
-    assert "unsupported opset 22" in msg
+    assert f"unsupported opset {max_opset() + 1}" in msg
+
+
+def test_every_opset_onnx_and_onnxruntime_both_support_is_accepted():
+    """Opsets 22 and newer, where the installed onnx and onnxruntime have them."""
+    from optimizer.passes.load import max_opset
+    from optimizer.pipeline import FusionPolicy, optimize_model
+    from optimizer.verify import verify
+
+    assert max_opset() >= 21
+    for version in range(21, max_opset() + 1):
+        m = zoo.build("resnet_tiny", batch=1)
+        m.opset_import[0].version = version
+        m.ir_version = 10
+        optimized, _ = optimize_model(onnx.shape_inference.infer_shapes(m), policy=FusionPolicy(mode="always"))
+        assert verify(m, optimized)["passed"], version
+
+
+def test_minus_one_dims_are_symbolic(tmp_path):
+    """paddle2onnx writes dynamic dims as -1 (rapidocr's text-direction classifier); ORT runs such models."""
+    from optimizer.cli import main
+
+    m = zoo.build("resnet_tiny", batch=1)
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_value = -1
+    dims[2].dim_value = -1
+    m.graph.output[0].type.tensor_type.shape.dim[0].dim_value = -1
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(m, src)
+    assert main(["optimize", str(src), "-o", str(out), "--verify"]) == 0
+    assert not onnx.load(out).graph.input[0].type.tensor_type.shape.dim[2].HasField("dim_value")
 
 
 def test_external_data_outside_the_model_folder(tmp_path, capsys):

@@ -1,8 +1,9 @@
 """Load and validate: read the file, check external data stays inside the model's folder, bring
-opsets below 11 up by ONNX's version converter, refuse opsets this tool does not know, check the
-model and run shape inference so later passes can see tensor shapes."""
+opsets below 11 up by ONNX's version converter, refuse opsets that the installed onnx or onnxruntime
+does not know, check the model and run shape inference so later passes can see tensor shapes."""
 from __future__ import annotations
 
+import functools
 import os
 
 import onnx
@@ -13,8 +14,28 @@ from onnx import external_data_helper, numpy_helper, version_converter
 from ..errors import EpifuseError
 from ..proto import SMALL_TENSOR_BYTES, check_and_infer, read_model, skeleton, tensor_nbytes
 
-MIN_OPSET, MAX_OPSET = 11, 21
+MIN_OPSET = 11
 CONVERT_TO_OPSET = 13
+
+
+@functools.lru_cache(maxsize=1)
+def max_opset() -> int:
+    """The newest ai.onnx opset both the installed onnx (its checker and shape inference) and
+    onnxruntime (what verifies and runs the result) support: onnxruntime is asked with a one-node model."""
+    import onnxruntime as ort
+
+    newest = onnx.defs.onnx_opset_version()
+    for version in range(newest, 20, -1):
+        graph = onnx.helper.make_graph([onnx.helper.make_node("Identity", ["x"], ["y"])], "probe",
+                                       [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                                       [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+        probe = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", version)])
+        try:
+            ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+            return version
+        except Exception:  # noqa: BLE001 (ORT refuses an opset newer than it knows)
+            continue
+    return 21
 
 
 def default_opset(model: onnx.ModelProto) -> int | None:
@@ -115,9 +136,9 @@ def validate(model: onnx.ModelProto, path: str = "<model>") -> onnx.ModelProto:
     version = default_opset(model)
     if version is None:
         raise EpifuseError("the model imports no ai.onnx opset", path=path)
-    if version > MAX_OPSET:
-        raise EpifuseError(f"unsupported opset {version} (epifuse supports ai.onnx opsets "
-                           f"{MIN_OPSET} to {MAX_OPSET})", path=path)
+    if version > max_opset():
+        raise EpifuseError(f"unsupported opset {version} (the installed onnx and onnxruntime support ai.onnx "
+                           f"opsets up to {max_opset()}; epifuse converts opsets below {MIN_OPSET})", path=path)
     _check_dims(model, path)
     if version < MIN_OPSET:
         try:
@@ -165,12 +186,16 @@ MAX_DIM = 2**31 - 1
 
 
 def _check_dims(model: onnx.ModelProto, path: str) -> None:
-    """Negative dims and dims past int32 in graph inputs/outputs, value_info and initializers
-    are corrupt (no real model has them) and make later numpy or ORT calls fail badly."""
+    """Dims past int32 in graph inputs/outputs, value_info and initializers are corrupt (no real model
+    has them) and make later numpy or ORT calls fail badly. A negative dim of a value is how some
+    exporters (paddle2onnx) write a dynamic one as -1, and ONNX Runtime runs such models: it becomes
+    symbolic. Other negative dims are corrupt."""
     g = model.graph
     for vi in (*g.input, *g.output, *g.value_info):
-        for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_value") and not 0 <= d.dim_value <= MAX_DIM:
+        for i, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value") and d.dim_value == -1:
+                d.dim_param = f"{vi.name}_dim{i}"  # setting dim_param clears dim_value (a oneof)
+            elif d.HasField("dim_value") and not 0 <= d.dim_value <= MAX_DIM:
                 raise EpifuseError(f"'{vi.name}' has dimension {d.dim_value} out of range", path=path)
     for t in g.initializer:
         for d in t.dims:
