@@ -179,9 +179,12 @@ def _available_backend(console: Console) -> str:
 def cmd_verify(args, console: Console) -> int:
     from .verify import verify  # noqa: PLC0415
 
+    from .passes.load import load_model  # noqa: PLC0415
+
     for path in (args.original, args.optimized):
         if not os.path.isfile(path):
             raise EpifuseError("no such file", path=path)
+        load_model(path)  # a truncated or corrupt file: one clear line, not a parser's traceback
     inputs = None
     if args.inputs:
         try:

@@ -27,6 +27,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from .errors import EpifuseError
+from .passes.save import umask
 from .registry import ConvDesc
 
 COSTS_FORMAT = "epifuse-costs/1"
@@ -118,7 +119,7 @@ class CostTable:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump({"format": COSTS_FORMAT, "measurements": rows}, f, indent=1)
-            os.chmod(tmp, 0o666 & ~_umask())
+            os.chmod(tmp, 0o666 & ~umask())
             os.replace(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
@@ -127,12 +128,6 @@ class CostTable:
 
     def devices(self) -> set[str]:
         return {d for d, _, _ in self.entries}
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 class Costs:

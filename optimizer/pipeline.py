@@ -156,6 +156,7 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     report.target, report.precision = target, precision
     report.nodes_before = len(template.graph.node)
     report.ops_before = _op_counts(template)
+    defaults = _overridable_initializers(graph, template)
     with _timed(report, "canonicalize", progress, free_memory):
         graph = canonicalize(graph, report)
     decider = make_decider(policy or FusionPolicy(), target, precision, report)
@@ -186,10 +187,29 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data
             graph = input_layout(graph, report, target)
     with _timed(report, "cleanup", progress, free_memory):
-        out = cleanup(graph, report, template)
+        out = cleanup(graph, report, template, defaults)
     report.nodes_after = len(out.structure.graph.node)
     report.ops_after = _op_counts(out.structure)
     return out, report
+
+
+def _overridable_initializers(graph: gs.Graph, template: onnx.ModelProto) -> dict:
+    """From IR 4 on, an initializer also listed as a graph input is a default the caller may override
+    (ONNX Runtime lets a feed replace it): it stays an input of the model, and no pass treats it as a
+    constant (nothing is folded into it). Returns the defaults, written back as initializers."""
+    if template.ir_version < 4:
+        return {}
+    tensors = graph.tensors()
+    defaults = {}
+    for vi in template.graph.input:
+        t = tensors.get(vi.name)
+        if isinstance(t, gs.Constant):
+            defaults[vi.name] = t.values
+            t.to_variable(dtype=t.values.dtype, shape=list(t.values.shape))
+            t.type = "tensor_type"  # to_variable leaves it unset in onnx-graphsurgeon 0.5-0.6
+    if defaults:
+        graph.inputs = [tensors[vi.name] for vi in template.graph.input if vi.name in tensors]
+    return defaults
 
 
 def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", precision: str = "fp32",
@@ -198,8 +218,10 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
     the parsed protobuf until the graph has them as arrays, then the arrays, streamed to disk."""
     check_output_path(out_path, in_path)
     report = Report(model=in_path)
+    referenced: set[str] = set()
     with _timed(report, "load", progress):
-        model, weights = load_model_split(in_path)
+        model, weights = load_model_split(in_path, referenced)
+    check_output_path(out_path, in_path, referenced)
     with _timed(report, "import", progress):
         graph = gs.import_onnx(model)
         for tensor in graph.tensors().values():
@@ -212,7 +234,7 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
                                        policy=policy)
     del graph
     with _timed(report, "save", progress):
-        save_model(optimized, out_path, in_path)
+        save_model(optimized, out_path, in_path, referenced)
     return report
 
 

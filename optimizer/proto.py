@@ -5,7 +5,7 @@ tensor."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -74,6 +74,7 @@ class SplitModel:
 
     structure: onnx.ModelProto
     weights: dict[str, np.ndarray]
+    inputs_with_defaults: set[str] = field(default_factory=set)  # weights that stay graph inputs
 
     def tensors(self):
         """The weights as TensorProtos, one at a time, in initializer order."""
@@ -84,7 +85,7 @@ class SplitModel:
         """The structure with the weight inputs removed: the model minus its large initializers."""
         head = onnx.ModelProto()
         head.CopyFrom(self.structure)
-        inputs = [i for i in head.graph.input if i.name not in self.weights]
+        inputs = [i for i in head.graph.input if i.name not in self.weights or i.name in self.inputs_with_defaults]
         del head.graph.input[:]
         head.graph.input.extend(inputs)
         return head

@@ -9,6 +9,8 @@ import importlib.metadata
 import os
 from pathlib import Path
 
+from .errors import EpifuseError
+
 ORT_LIBRARY = "libepifuse_ort.so"
 CORE_LIBRARY = "libepifuse_core.so"
 
@@ -30,17 +32,20 @@ def _candidates(name: str) -> list[Path]:
     return found
 
 
+class LibraryNotFound(EpifuseError, FileNotFoundError):
+    """A plugin library is missing: one line from the CLI (an EpifuseError), a FileNotFoundError to code."""
+
+
 def library_path(name: str = ORT_LIBRARY) -> Path:
     """Absolute path of an epifuse plugin library (``libepifuse_ort.so`` or ``libepifuse_core.so``)."""
     candidates = _candidates(name)
     for path in candidates:
         if path.is_file():
             return path.resolve()
-    searched = "\n  ".join(str(p) for p in candidates)
-    raise FileNotFoundError(
-        f"{name} not found. Build it with `pip install .` in the repository (or "
-        f"`cmake -S plugins -B build && cmake --build build`), or set EPIFUSE_LIB_DIR. Searched:\n  {searched}"
-    )
+    searched = "; ".join(str(p) for p in candidates)
+    raise LibraryNotFound(
+        f"{name} not found: build it with `pip install .` in the repository (or `cmake -S plugins -B build "
+        f"&& cmake --build build`), or set EPIFUSE_LIB_DIR (searched: {searched})")
 
 
 def session_options(allow_spinning: bool = True, **opts):
@@ -75,7 +80,8 @@ def providers_for(backend: str, *, cuda_graph: bool = False, prefer_nhwc: bool =
     if hasattr(ort, "preload_dlls"):
         ort.preload_dlls()  # the CUDA 13 libraries torch's or nvidia-* wheels bring
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        raise RuntimeError("this onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
+        raise EpifuseError("this onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu, or use "
+                           "--backend ort-cpu")
     options = {"device_id": str(device_id), "enable_cuda_graph": "1" if cuda_graph else "0",
                "prefer_nhwc": "1" if prefer_nhwc else "0"}
     return [("CUDAExecutionProvider", options), "CPUExecutionProvider"]

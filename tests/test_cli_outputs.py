@@ -1,5 +1,8 @@
 """What `epifuse optimize` leaves on disk when a check after the write fails, and which paths its
 report may not take."""
+import os
+import stat
+
 import onnx
 
 from models import zoo
@@ -30,3 +33,73 @@ def test_the_report_may_not_overwrite_a_model(tmp_path, capsys):
     assert src.read_bytes() == before
     assert "--report would overwrite a model" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_output_paths_that_are_not_files_are_refused(tmp_path, capsys):
+    src = _source(tmp_path)
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    for out, message in ((tmp_path / "folder", "is a folder"), (tmp_path / "pipe", "not a regular file"),
+                         ("", "the output path is empty")):
+        assert main(["optimize", str(src), "-o", str(out)]) == 2, out
+        assert message in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.stat(tmp_path / "pipe").st_mode)
+
+
+def test_the_output_may_not_be_a_file_the_input_references(tmp_path, capsys):
+    from onnx import external_data_helper
+
+    model = zoo.build("resnet_tiny", batch=1)
+    external_data_helper.convert_model_to_external_data(model, location="weights.bin", size_threshold=0)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    before = (tmp_path / "weights.bin").read_bytes()
+    assert main(["optimize", str(src), "-o", str(tmp_path / "weights.bin")]) == 2
+    assert "external data file" in capsys.readouterr().err
+    assert (tmp_path / "weights.bin").read_bytes() == before
+    # a model over 2 GB writes OUT.data beside OUT: here that path leads to the input's weights
+    os.symlink(tmp_path / "weights.bin", tmp_path / "alias.onnx.data")
+    assert main(["optimize", str(src), "-o", str(tmp_path / "alias.onnx")]) == 2
+    assert (tmp_path / "weights.bin").read_bytes() == before
+
+
+def test_outputs_follow_the_umask(tmp_path):
+    src, out = _source(tmp_path), tmp_path / "o.onnx"
+    old = os.umask(0o022)
+    try:
+        assert main(["optimize", str(src), "-o", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+
+
+def test_verify_of_a_truncated_file_is_one_line(tmp_path, capsys):
+    src = _source(tmp_path)
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(src.read_bytes()[:5000])
+    assert main(["verify", str(cut), str(src)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cut.onnx" in err
+
+
+def test_a_missing_library_is_one_line(tmp_path, capsys, monkeypatch):
+    from optimizer import runtime
+
+    monkeypatch.setattr(runtime, "_candidates", lambda name: [tmp_path / "nowhere" / name])
+    src = _source(tmp_path)
+    assert main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--fuse", "static", "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "libepifuse_ort.so not found" in err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_model_optimized_for_ort_cuda_reoptimized_for_tensorrt_loses_the_cuda_only_op(tmp_path):
+    from optimizer.pipeline import FusionPolicy, optimize_model
+    from optimizer.verify import verify
+
+    model = onnx.shape_inference.infer_shapes(zoo.build("resnet_tiny", batch=1))
+    cuda, _ = optimize_model(model, target="ort-cuda", policy=FusionPolicy(mode="always"))
+    assert "NchwToNhwc" in [n.op_type for n in cuda.graph.node]
+    trt, _ = optimize_model(cuda, target="tensorrt", policy=FusionPolicy(mode="always"))
+    assert "NchwToNhwc" not in [n.op_type for n in trt.graph.node]
+    assert verify(model, trt)["passed"]

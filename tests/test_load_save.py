@@ -154,3 +154,34 @@ def test_save_is_atomic_and_leaves_nothing_on_failure(tmp_path, monkeypatch):
 def test_output_folder_missing(tmp_path):
     with pytest.raises(EpifuseError, match="output folder does not exist"):
         save_model(zoo.build("resnet_tiny"), str(tmp_path / "no" / "o.onnx"))
+
+
+def test_an_initializer_listed_as_a_graph_input_stays_an_overridable_input(tmp_path):
+    """IR >= 4: such an initializer is a default the caller may replace; the optimized model keeps the
+    input (and does not fold the default into anything), so a fed value still takes effect."""
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    from optimizer.pipeline import FusionPolicy, optimize_file
+    from optimizer.runtime import session_options
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                           helper.make_node("Relu", ["c"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 5, 5]),
+                           helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [4, 3, 3, 3])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 5, 5])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(m, src)
+    optimize_file(str(src), str(out), policy=FusionPolicy(mode="always"))
+    optimized = onnx.load(out)
+    assert [i.name for i in optimized.graph.input] == ["x", "w"] and "w" in [t.name for t in optimized.graph.initializer]
+    feeds = {"x": rng.standard_normal((1, 3, 5, 5)).astype(np.float32),
+             "w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32)}
+    for subset in (feeds, {"x": feeds["x"]}):
+        expected = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, subset)[0]
+        actual = ort.InferenceSession(str(out), session_options(), providers=["CPUExecutionProvider"]).run(None, subset)[0]
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)

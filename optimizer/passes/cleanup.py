@@ -43,9 +43,11 @@ def _weights_to_inputs(graph: gs.Graph) -> dict[str, np.ndarray]:
     return weights
 
 
-def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto) -> SplitModel:
+def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto,
+            defaults: dict[str, np.ndarray] | None = None) -> SplitModel:
     """The finished model; `template` (the input model's skeleton) supplies what gs does not
-    carry: IR version, doc string, metadata."""
+    carry: IR version, doc string, metadata. `defaults`: graph inputs that keep an initializer
+    (overridable initializers), by name."""
     graph.cleanup(remove_unused_graph_inputs=False)
     merged = merge_duplicate_initializers(graph)
     if merged:
@@ -62,4 +64,7 @@ def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto) -> Split
         check_and_infer(structure)
     except Exception as e:
         raise EpifuseError(f"internal error: the optimized model does not check: {str(e).splitlines()[0]}") from None
-    return SplitModel(structure, weights)
+    used = {i.name for i in structure.graph.input}
+    defaults = {k: v for k, v in (defaults or {}).items() if k in used}
+    weights.update(defaults)
+    return SplitModel(structure, weights, set(defaults))

@@ -34,6 +34,11 @@ def _few_channel_to_nhwc(node: gs.Node) -> bool:
 
 def input_layout(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
     if target != "ort-cuda":
+        # a model optimized for ort-cuda before: the op is ORT's CUDA EP's alone, a Transpose elsewhere
+        for node in graph.nodes:
+            if node.op == OP_TYPE and node.domain == contract.DOMAIN:
+                node.op, node.domain, node.attrs = "Transpose", "", {"perm": list(NCHW_TO_NHWC)}
+                report.canonicalized[f"epifuse::{OP_TYPE} → Transpose ({target})"] += 1
         return graph
     for node in graph.nodes:
         if _few_channel_to_nhwc(node):

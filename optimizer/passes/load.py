@@ -45,7 +45,9 @@ def default_opset(model: onnx.ModelProto) -> int | None:
     return None
 
 
-def _check_external_data(model: onnx.ModelProto, path: str) -> None:
+def _check_external_data(model: onnx.ModelProto, path: str) -> set[str]:
+    """Checks every external data reference; returns the files referenced."""
+    files = set()
     base = os.path.dirname(os.path.abspath(path))
     for tensor in external_data_helper._get_all_tensors(model):
         if not external_data_helper.uses_external_data(tensor):
@@ -58,6 +60,7 @@ def _check_external_data(model: onnx.ModelProto, path: str) -> None:
                                "the model's folder", path=path)
         if not os.path.isfile(resolved):
             raise EpifuseError(f"initializer '{tensor.name}': external data file '{location}' not found", path=path)
+        files.add(resolved)
         offset, length, size = info.offset or 0, info.length, os.path.getsize(resolved)
         try:
             itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
@@ -72,6 +75,7 @@ def _check_external_data(model: onnx.ModelProto, path: str) -> None:
         if length is not None and length > 0 and length != count * itemsize:
             raise EpifuseError(f"initializer '{tensor.name}': external data length {length} does not match its "
                                f"shape {list(tensor.dims)} ({count * itemsize} bytes)", path=path)
+    return files
 
 
 def _check_file(path: str) -> None:
@@ -81,9 +85,10 @@ def _check_file(path: str) -> None:
         raise EpifuseError("not a file", path=path)
 
 
-def load_model_split(path: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def load_model_split(path: str, referenced: set[str] | None = None) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """The validated model with its large initializers as placeholders, and their values as
-    arrays: read tensor by tensor, so memory holds one copy of the weights."""
+    arrays: read tensor by tensor, so memory holds one copy of the weights. The external data
+    files the model references are added to `referenced`."""
     _check_file(path)
     try:
         model, weights = read_model(path, lambda t: np.array(numpy_helper.to_array(t)))
@@ -91,7 +96,9 @@ def load_model_split(path: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]
         raise EpifuseError(f"not an ONNX model (protobuf parse failed: {e})", path=path) from None
     if not model.HasField("graph") or len(model.graph.node) == 0:
         raise EpifuseError("not an ONNX model (no graph or no nodes)", path=path)
-    _check_external_data(model, path)
+    files = _check_external_data(model, path)
+    if referenced is not None:
+        referenced.update(files)
     try:
         _external_to_arrays(model, os.path.dirname(os.path.abspath(path)), weights)
         external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))

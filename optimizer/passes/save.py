@@ -21,13 +21,39 @@ EXTERNAL_THRESHOLD = 1024
 ALIGNMENT = 4096
 
 
-def check_output_path(out_path: str, in_path: str | None) -> None:
-    if in_path is not None and (os.path.abspath(out_path) == os.path.abspath(in_path) or (
-            os.path.exists(out_path) and os.path.samefile(out_path, in_path))):
-        raise EpifuseError("output path is the input model; choose another file", path=out_path)
+def _same_file(a: str, b: str) -> bool:
+    return os.path.abspath(a) == os.path.abspath(b) or (os.path.exists(a) and os.path.exists(b) and
+                                                      os.path.samefile(a, b))
+
+
+def check_output_path(out_path: str, in_path: str | None, referenced: set[str] = frozenset()) -> None:
+    """The output (and the external-data file a model over 2 GB writes beside it) may be neither the
+    input model nor any file it references (`referenced`: its external data files), and must be a
+    regular file or not exist yet."""
+    if not out_path:
+        raise EpifuseError("the output path is empty")
+    if os.path.isdir(out_path):
+        raise EpifuseError("is a folder; give the output a file name", path=out_path)
+    if os.path.exists(out_path) and not os.path.isfile(out_path):
+        raise EpifuseError("exists and is not a regular file (a device or a pipe); choose another file",
+                           path=out_path)
+    protected = ([in_path] if in_path is not None else []) + sorted(referenced)
+    for written in (out_path, out_path + ".data"):
+        for kept in protected:
+            if _same_file(written, kept):
+                if written == out_path and kept == in_path:
+                    raise EpifuseError("output path is the input model; choose another file", path=out_path)
+                what = "the input model" if kept == in_path else f"the input's external data file {kept}"
+                raise EpifuseError(f"writing here would overwrite {what}; choose another file", path=out_path)
     folder = os.path.dirname(os.path.abspath(out_path))
     if not os.path.isdir(folder):
         raise EpifuseError("output folder does not exist", path=out_path)
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _key(field: int, wire: int) -> bytes:
@@ -88,8 +114,9 @@ def _write_stream(header: onnx.ModelProto, weights, f, data_file=None, data_name
             offset = _write_initializer(f, name, values, data_file, data_name, offset)
 
 
-def save_model(model: onnx.ModelProto | SplitModel, out_path: str, in_path: str | None = None) -> None:
-    check_output_path(out_path, in_path)
+def save_model(model: onnx.ModelProto | SplitModel, out_path: str, in_path: str | None = None,
+               referenced: set[str] = frozenset()) -> None:
+    check_output_path(out_path, in_path, referenced)
     folder = os.path.dirname(os.path.abspath(out_path))
     base = os.path.basename(out_path)
     data_name = base + ".data"
@@ -115,6 +142,8 @@ def save_model(model: onnx.ModelProto | SplitModel, out_path: str, in_path: str 
                 _write_stream(header, tensors, f)
             f.flush()
             os.fsync(f.fileno())
+        for path in temps:  # mkstemp makes 0600 files; an output is a file like any other tool's
+            os.chmod(path, 0o666 & ~umask())
         if external:
             os.replace(data_tmp, os.path.join(folder, data_name))
         os.replace(tmp, out_path)
