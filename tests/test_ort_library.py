@@ -178,3 +178,73 @@ def test_unnamed_node_is_described_by_its_output():
     with pytest.raises(Exception) as info:
         _session(node_name="", activation="swish")
     assert "output 'Y'" in str(info.value)
+
+
+# A model file can name any input "" (an absent optional input to ORT, which then hands the kernel
+# no tensor): session creation must fail naming the node, never crash the host process, so each case
+# runs in a child process whose death would fail the test.
+_EMPTY_INPUT_CASE = r"""
+import sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from optimizer import runtime
+inputs = sys.argv[1].split(",")
+op = sys.argv[2]
+attrs = dict(domain="epifuse", name="empty_input_node")
+if op == "FusedConv":
+    attrs.update(plugin_namespace="epifuse", plugin_version="1", residual=sys.argv[3])
+node = helper.make_node(op, inputs, ["Y"], **attrs)
+graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 5, 5, 4])
+                                        for n in ("X", "Z") if n in inputs],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.zeros((4, 3, 3, 4), np.float32), "W"),
+                           numpy_helper.from_array(np.zeros(4, np.float32), "B")])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+model.ir_version = 9
+try:
+    sess = runtime.create_session(model.SerializeToString())
+    feeds = {n: np.zeros((1, 5, 5, 4), np.float32) for n in ("X", "Z") if n in inputs}
+    sess.run(None, feeds)
+    print("RAN")
+except Exception as e:
+    print("ERROR", str(e).splitlines()[0])
+"""
+
+
+@pytest.mark.parametrize("inputs, op, residual, detail", [
+    (",W,B", "FusedConv", "none", "input 0 (X) is missing"),
+    ("X,,B", "FusedConv", "none", "input 1 (W) is missing"),
+    ("X,W,", "FusedConv", "none", "input 2 (B) is missing"),
+    ("X,W,B,", "FusedConv", "pre", "input 3 (Z) is named"),
+    ("X,W,B,", "FusedConv", "post", "input 3 (Z) is named"),
+    ("X,W,B,", "FusedConv", "none", "input 3 (Z) is named"),
+    ("", "NchwToNhwc", "", "input 0 (X) is missing"),
+])
+def test_inputs_named_empty_fail_session_creation_without_a_crash(inputs, op, residual, detail):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _EMPTY_INPUT_CASE, inputs, op, residual],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"the process died ({done.returncode}): {done.stderr[-500:]}"
+    assert done.stdout.startswith("ERROR") and "empty_input_node" in done.stdout and detail in done.stdout, done.stdout
+
+
+def test_a_complete_node_runs_in_the_same_harness():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _EMPTY_INPUT_CASE, "X,W,B", "FusedConv", "none"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("RAN"), done.stdout + done.stderr[-300:]
+
+
+@pytest.mark.parametrize("attrs, detail", [
+    (dict(dilations=[2**62, 1]), "dilations must be in [1, 2^31 - 1]"),
+    (dict(pads=[2**62, 0, 2**62, 0]), "pads must be in [0, 2^31 - 1]"),
+    (dict(strides=[1, 2**40]), "strides must be in [1, 2^31 - 1]"),
+])
+def test_attributes_past_int32_fail_instead_of_overflowing(attrs, detail):
+    with pytest.raises(Exception) as info:
+        _session(**attrs)
+    assert "bad_node" in str(info.value) and detail in str(info.value)

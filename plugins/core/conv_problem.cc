@@ -146,15 +146,21 @@ Status parse_attributes(const RawAttributes& raw, ConvAttributes* out) {
   return Status::Ok();
 }
 
+// Attributes past int32 make no real conv and would overflow the output-size arithmetic
+// (H + pads - dilation * (R - 1)): they are refused, not wrapped.
+constexpr int64_t kMaxAttribute = std::numeric_limits<int32_t>::max();
+
 Status validate_attributes(const ConvAttributes& a) {
-  if (a.stride_h < 1 || a.stride_w < 1)
-    return Status::Error("strides must be >= 1, got " + join({a.stride_h, a.stride_w}));
-  if (a.dil_h < 1 || a.dil_w < 1)
-    return Status::Error("dilations must be >= 1, got " + join({a.dil_h, a.dil_w}));
-  if (a.pad_top < 0 || a.pad_left < 0 || a.pad_bottom < 0 || a.pad_right < 0)
-    return Status::Error("pads must be >= 0, got " +
-                         join({a.pad_top, a.pad_left, a.pad_bottom, a.pad_right}));
-  if (a.group < 1) return Status::Error("group must be >= 1, got " + std::to_string(a.group));
+  if (a.stride_h < 1 || a.stride_w < 1 || a.stride_h > kMaxAttribute || a.stride_w > kMaxAttribute)
+    return Status::Error("strides must be in [1, 2^31 - 1], got " + join({a.stride_h, a.stride_w}));
+  if (a.dil_h < 1 || a.dil_w < 1 || a.dil_h > kMaxAttribute || a.dil_w > kMaxAttribute)
+    return Status::Error("dilations must be in [1, 2^31 - 1], got " + join({a.dil_h, a.dil_w}));
+  for (int64_t pad : {a.pad_top, a.pad_left, a.pad_bottom, a.pad_right})
+    if (pad < 0 || pad > kMaxAttribute)
+      return Status::Error("pads must be in [0, 2^31 - 1], got " +
+                           join({a.pad_top, a.pad_left, a.pad_bottom, a.pad_right}));
+  if (a.group < 1 || a.group > kMaxAttribute)
+    return Status::Error("group must be in [1, 2^31 - 1], got " + std::to_string(a.group));
   return Status::Ok();
 }
 
@@ -172,9 +178,9 @@ Status validate(const ConvProblem& p) {
       {"N", p.N, 0}, {"H", p.H, 1}, {"W", p.W, 1}, {"C", p.C, 1},
       {"K", p.K, 1}, {"R", p.R, 1}, {"S", p.S, 1}};
   for (const auto& d : dims) {
-    if (d.value != -1 && d.value < d.min)
-      return Status::Error(std::string(d.name) + " must be >= " + std::to_string(d.min) +
-                           " (or -1 when unknown), got " + std::to_string(d.value));
+    if (d.value != -1 && (d.value < d.min || d.value > kMaxAttribute))
+      return Status::Error(std::string(d.name) + " must be in [" + std::to_string(d.min) +
+                           ", 2^31 - 1] (or -1 when unknown), got " + std::to_string(d.value));
   }
   const int64_t g = p.attr.group;
   if (p.C != -1 && p.C % g != 0)

@@ -26,7 +26,7 @@ struct FusedConvCudaKernel {
   Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B,
                       std::optional<const Tensor<T>*> Z, Tensor<T>& Y) {
     try {
-      const Tensor<T>* z = Z.value_or(nullptr);
+      const Tensor<T>* z = node_.residual(Z);
       epifuse::ConvProblem p;
       Status s = node_.bind(X, W, B, z, &p);
       if (!s.ok()) return node_.error(s.message());

@@ -14,7 +14,10 @@ constexpr const char* kNchwToNhwc = "NchwToNhwc";
 struct LayoutNode {
   std::string node;
 
-  explicit LayoutNode(const OrtKernelInfo* info) : node(describe_node(Ort::ConstKernelInfo(info), kNchwToNhwc)) {}
+  explicit LayoutNode(const OrtKernelInfo* info) : node(describe_node(Ort::ConstKernelInfo(info), kNchwToNhwc)) {
+    const Status s = require_inputs(Ort::ConstKernelInfo(info), {"X"});
+    if (!s.ok()) throw Ort::Exception(node + ": " + s.message(), ORT_INVALID_GRAPH);
+  }
 
   // One run of either kernel: checks X, allocates Y [N, H, W, C] and calls
   // `transpose(x, y, N, C, H, W) -> Status`; every error names the node.

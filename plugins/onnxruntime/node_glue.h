@@ -6,6 +6,7 @@
 #undef ORT_API_MANUAL_INIT
 #include "onnxruntime_lite_custom_op.h"
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -66,6 +67,23 @@ inline std::optional<Dims> declared_shape(const Ort::ConstKernelInfo& info, size
   }
 }
 
+// An input written as "" is an absent optional input to ONNX Runtime, which then hands the kernel no
+// tensor for it: a required input named "" must fail at session creation, never reach Compute.
+inline Status require_inputs(const Ort::ConstKernelInfo& info, std::initializer_list<const char*> names) {
+  size_t i = 0;
+  for (const char* name : names) {
+    if (i >= info.GetInputCount() || info.GetInputName(i).empty())
+      return Status::Error(std::string("input ") + std::to_string(i) + " (" + name + ") is missing or named \"\"");
+    ++i;
+  }
+  return Status::Ok();
+}
+
+// Whether optional input i is there: present and not named "" (ORT gives such an input no tensor).
+inline bool has_input(const Ort::ConstKernelInfo& info, size_t i) {
+  return info.GetInputCount() > i && !info.GetInputName(i).empty();
+}
+
 inline std::string describe_node(const Ort::ConstKernelInfo& info, const char* op_type = "FusedConv") {
   std::string name = info.GetNodeName();
   if (name.empty()) name = "(unnamed, output '" + info.GetOutputName(0) + "')";
@@ -78,19 +96,27 @@ template <class T>
 struct NodeAttributes {
   std::string node;
   epifuse::ConvAttributes attr;
+  bool has_z = false;  // Z given (an input 3 named "" is no Z)
 
   explicit NodeAttributes(const OrtKernelInfo* raw_info) {
     const Ort::ConstKernelInfo info{raw_info};
     node = describe_node(info);
     Status s = Status::Ok();
     try {
-      s = epifuse::parse_attributes(read_attributes(info), &attr);
+      s = require_inputs(info, {"X", "W", "B"});
+      has_z = has_input(info, 3);
+      if (s.ok() && info.GetInputCount() > 3 && !has_z)  // the contract omits an absent Z; "" is not that
+        s = Status::Error("input 3 (Z) is named \"\": omit it when there is no residual");
+      if (s.ok()) s = epifuse::parse_attributes(read_attributes(info), &attr);
     } catch (const Ort::Exception& e) {
       s = Status::Error(e.what());
     }
     if (s.ok()) s = check_declared_shapes(info);
     if (!s.ok()) throw Ort::Exception(node + ": " + s.message(), ORT_INVALID_GRAPH);
   }
+
+  // Z as the kernel may read it: null where the node has none.
+  const Tensor<T>* residual(std::optional<const Tensor<T>*> Z) const { return has_z ? Z.value_or(nullptr) : nullptr; }
 
   // The problem of one run, from the real input shapes.
   Status bind(const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B, const Tensor<T>* z,
@@ -107,7 +133,6 @@ struct NodeAttributes {
   // Catches bad groups, channel counts and output sizes at session creation when the graph
   // declares the shapes; symbolic dims are checked at run time.
   Status check_declared_shapes(const Ort::ConstKernelInfo& info) const {
-    const bool has_z = info.GetInputCount() > 3;
     EPIFUSE_RETURN_IF_ERROR(epifuse::check_residual_input(attr.residual, has_z));
     const auto x = declared_shape(info, 0), w = declared_shape(info, 1), b = declared_shape(info, 2);
     const auto z = has_z ? declared_shape(info, 3) : std::nullopt;
