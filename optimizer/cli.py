@@ -195,7 +195,10 @@ def cmd_verify(args, console: Console) -> int:
     report = Report(model=args.optimized, verify=result)
     console.print_json(json.dumps(result))
     if not result["passed"]:
-        console.print(f"[red]FAIL[/red]: worst relative L2 {result['worst_rel_l2']:.2e} > {result['tolerance']:.0e}")
+        for name, err in result["rel_l2"].items():
+            bound = result.get("bounds", {}).get(name, result["tolerance"])
+            if not err <= bound:
+                console.print(f"[red]FAIL[/red]: output '{name}': relative L2 {err:.2e} > {bound:.1e}", highlight=False)
     return 0 if report.verify["passed"] else 1
 
 

@@ -123,7 +123,7 @@ class Report:
             v = self.verify
             status = "[green]PASS[/green]" if v["passed"] else "[red]FAIL[/red]"
             console.print(f"verify on {v['provider']}: {status} — worst relative L2 error "
-                          f"{v['worst_rel_l2']:.2e} (bound {v['tolerance']:.0e}) over {v['outputs']} outputs")
+                          f"{v['worst_rel_l2']:.2e} (bound {v['tolerance']:.1e}) over {v['outputs']} outputs")
 
 
     def decision_table(self):

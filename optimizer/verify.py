@@ -1,5 +1,8 @@
 """Verification: the original model and the optimized one on ONNX Runtime, same inputs,
-relative L2 error per output against a bound chosen by the optimized model's precision."""
+relative L2 error per output against a bound chosen by the optimized model's precision, or twice the
+error ONNX Runtime's own graph optimizations make on the original, where that is larger: a deep model
+whose outputs sit in a sigmoid's tail (PaddleOCR's text detector on random inputs) moves by 1e-3 and
+more when ORT merely refolds its BatchNorms, and a bound below that would flag ORT itself."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,10 +48,11 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     return feeds
 
 
-def _session(model: onnx.ModelProto | str, reference: bool) -> ort.InferenceSession:
-    if reference:
+def _session(model: onnx.ModelProto | str, reference: bool, ort_optimized: bool = False) -> ort.InferenceSession:
+    if reference or ort_optimized:
         so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        if reference:
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     else:
         from .runtime import session_options  # noqa: PLC0415 (needs the native library)
         so = session_options()
@@ -80,6 +84,8 @@ def verify(original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, *,
     try:
         ref = _session(original, reference=True)
         expected = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, inputs)))
+        own = _session(original, reference=False, ort_optimized=True)
+        ort_own = dict(zip([o.name for o in own.get_outputs()], own.run(None, inputs)))
         which = "the optimized model"
         opt = _session(optimized, reference=False)
         actual = dict(zip([o.name for o in opt.get_outputs()], opt.run(None, inputs)))
@@ -91,13 +97,18 @@ def verify(original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, *,
     missing = sorted(set(expected) - set(actual))
     if missing:
         raise EpifuseError(f"optimized model lacks outputs {missing}")
-    errors = {}
+    errors, ort_errors = {}, {}
     for name, e in expected.items():
         a = actual[name]
         if a.shape != e.shape:
             raise EpifuseError(f"output '{name}': shape {a.shape} differs from the original's {e.shape}")
-        errors[name] = rel_l2(a, e) if np.issubdtype(e.dtype, np.floating) else float(np.any(a != e))
-    worst = max(errors.values(), default=0.0)
+        floating = np.issubdtype(e.dtype, np.floating)
+        errors[name] = rel_l2(a, e) if floating else float(np.any(a != e))
+        ort_errors[name] = rel_l2(ort_own[name], e) if floating else 0.0
     tol = TOLERANCE[precision]
-    return {"provider": "CPUExecutionProvider", "passed": bool(worst <= tol), "worst_rel_l2": worst,
-            "tolerance": tol, "outputs": len(errors), "rel_l2": errors}
+    bounds = {k: max(tol, 2 * v) if np.isfinite(v) else tol for k, v in ort_errors.items()}  # per output
+    worst = max(errors.values(), default=0.0)
+    passed = all(errors[k] <= bounds[k] for k in errors)
+    return {"provider": "CPUExecutionProvider", "passed": bool(passed), "worst_rel_l2": worst,
+            "tolerance": max(bounds.values(), default=tol), "ort_own_rel_l2": ort_errors, "bounds": bounds,
+            "outputs": len(errors), "rel_l2": errors}
