@@ -33,6 +33,7 @@ from .report import Report
 
 G_LOGGER.severity = G_LOGGER.ERROR  # gs warns about optional colour output on first use
 TARGETS = ("ort-cpu", "ort-cuda", "tensorrt")
+LARGE_MODEL_BYTES = 32 * 2**20
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
@@ -229,8 +230,11 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
                 tensor.values = weights.pop(tensor.name) if tensor.name in weights else tensor.values
         template = skeleton(model, keep_small=False, weights_as_inputs=False)
         del model
+    # a cycle collection after each pass keeps a large model's peak at about two copies of its weights;
+    # for a small one it only costs time (a full collection scans every object the process holds)
+    large = sum(t.values.nbytes for t in graph.tensors().values() if isinstance(t, gs.Constant)) >= LARGE_MODEL_BYTES
     optimized, report = optimize_graph(graph, template, target=target, precision=precision, report=report,
-                                       progress=progress, kernel_query=kernel_query, free_memory=True,
+                                       progress=progress, kernel_query=kernel_query, free_memory=large,
                                        policy=policy)
     del graph
     with _timed(report, "save", progress):

@@ -269,7 +269,7 @@ def fuse_conv(graph: gs.Graph, report: Report, target: str, kernel_query, decide
         report.decide(plan.conv, "+".join(n.op for n in plan.nodes), plan.verdict)
         if plan.verdict.fuse:
             fuser.rewrite(plan.conv, plan.params, plan.candidate)
-        if i % 16 == 15:
+        if i % 16 == 15 and plan.params.weight.nbytes >= 1 << 20:
             gc.collect()  # the replaced OIHW filters are in gs's self-referencing tensors: free them as we go
     if report.fused_count():
         ensure_domain(graph, contract.DOMAIN, contract.OPSET_VERSION)
