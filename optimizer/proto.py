@@ -5,6 +5,7 @@ tensor."""
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,6 +103,7 @@ class SplitModel:
 # whole file, keeps one copy of the weights in memory (as numpy arrays) instead of three (file
 # bytes, protobuf, arrays).
 _GRAPH_FIELD, _INITIALIZER_FIELD = 7, 5
+_RAW_DATA_FIELD = 9  # TensorProto.raw_data
 _LENGTH_DELIMITED = 2
 
 
@@ -164,6 +166,43 @@ def encode_varint(v: int) -> bytes:
             return bytes(out)
 
 
+_DIRECT_DTYPES = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
+                  onnx.TensorProto.DOUBLE: np.float64, onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32,
+                  onnx.TensorProto.INT8: np.int8, onnx.TensorProto.UINT8: np.uint8}
+
+
+def _read_raw_tensor(f, start: int, length: int) -> tuple[onnx.TensorProto, np.ndarray] | None:
+    """An initializer whose values are raw little-endian data of a plain numpy dtype, read with its
+    array going straight from the file (no bytes object, no parsed message holding them): the
+    placeholder (name, type, dims) and the array. None for any other layout (the caller parses it)."""
+    head = bytearray()
+    raw = None
+    for field, wire, value_start, value_length in _fields(f, start + length):
+        if field == _RAW_DATA_FIELD and wire == _LENGTH_DELIMITED:
+            raw = (value_start, value_length)
+            continue
+        pos = f.tell()
+        f.seek(value_start)
+        head += encode_varint(field << 3 | wire) + (encode_varint(value_length) if wire == _LENGTH_DELIMITED
+                                                    else b"") + f.read(value_length)
+        f.seek(pos)
+    placeholder = onnx.TensorProto()
+    placeholder.ParseFromString(bytes(head))
+    dtype = _DIRECT_DTYPES.get(placeholder.data_type)
+    count = int(np.prod(placeholder.dims, dtype=np.int64))
+    if (raw is None or dtype is None or placeholder.data_location == onnx.TensorProto.EXTERNAL or
+            placeholder.segment.ByteSize() or raw[1] != count * np.dtype(dtype).itemsize or
+            raw[1] <= SMALL_TENSOR_BYTES or sys.byteorder != "little"):
+        return None
+    f.seek(raw[0])
+    values = np.fromfile(f, dtype=dtype, count=count).reshape(tuple(placeholder.dims))
+    if values.size != count:
+        raise ValueError("truncated or corrupt protobuf")
+    light = onnx.TensorProto(name=placeholder.name, data_type=placeholder.data_type, doc_string=placeholder.doc_string)
+    light.dims.extend(placeholder.dims)
+    return light, values
+
+
 def read_model(path: str, load_tensor) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """Parses `path` with every initializer larger than SMALL_TENSOR_BYTES replaced by a
     placeholder (name, type and dims, no data); returns it and those initializers' values, read
@@ -183,6 +222,13 @@ def read_model(path: str, load_tensor) -> tuple[onnx.ModelProto, dict[str, np.nd
                 continue
             for g_field, g_wire, g_start, g_length in _fields(f, end):
                 after = f.tell()
+                if g_field == _INITIALIZER_FIELD and g_wire == _LENGTH_DELIMITED and g_length > SMALL_TENSOR_BYTES:
+                    direct = _read_raw_tensor(f, g_start, g_length)
+                    if direct is not None:  # the array straight from the file: one copy, no protobuf
+                        tensor, weights[direct[0].name] = direct
+                        placeholders.append(tensor)
+                        f.seek(after)
+                        continue
                 f.seek(g_start)
                 data = f.read(g_length)
                 tensor = None

@@ -173,3 +173,21 @@ def test_non_constant_filter_is_reported():
     graph, report = _fuse(model)
     assert not _fused(graph)
     assert "filter is not a constant" in report.skipped[0].reason
+
+
+@pytest.mark.parametrize("shape", [(256, 128, 3, 3), (2048, 1, 13, 13), (512, 512, 1, 1), (300, 96, 5, 3), (96, 1, 7, 7)])
+def test_a_large_filter_is_transposed_in_place_to_krsc(shape):
+    """Filters of 1 MiB and more that one conv alone reads are transposed in place (no second copy)."""
+    from optimizer.passes.fuse_conv import _krsc
+
+    w = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    expected = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
+    buffer = w.__array_interface__["data"][0]
+    got = _krsc(w.copy() if w.nbytes < 1 << 20 else w, sole_reader=True)
+    np.testing.assert_array_equal(got, expected)
+    if w.nbytes >= 1 << 20:
+        assert got.__array_interface__["data"][0] == buffer
+    shared = np.random.default_rng(1).standard_normal((256, 256, 3, 3)).astype(np.float32)
+    before = shared.copy()
+    _krsc(shared, sole_reader=False)
+    np.testing.assert_array_equal(shared, before)  # another conv still reads it: untouched

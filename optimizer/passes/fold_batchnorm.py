@@ -44,7 +44,11 @@ def _scaled(const: gs.Tensor, w: np.ndarray, factor: np.ndarray) -> np.ndarray:
     if isinstance(const, gs.Constant) and len(const.outputs) == 1 and w.dtype.kind == "f" and w.flags.writeable:
         np.multiply(w, factor, out=w, casting="unsafe")
         return w
-    return (w.astype(np.float64) * factor).astype(w.dtype)
+    # a weight other nodes still read: a new array, computed in float64 in numpy's buffered chunks (a
+    # whole float64 temporary would be twice the weight again)
+    out = np.empty_like(w)
+    np.multiply(w, factor.astype(np.float64), out=out, casting="unsafe")
+    return out
 
 
 def _fold_conv(graph, node, scale, shift) -> bool:

@@ -89,6 +89,18 @@ def _conv_params(conv: gs.Node) -> ConvParams | str:
                       list(conv.attrs.get("pads", [0, 0, 0, 0])), list(conv.attrs.get("dilations", [1, 1])))
 
 
+def _krsc(w: np.ndarray, sole_reader: bool) -> np.ndarray:
+    """The OIHW filter as KRSC. A large filter this conv alone reads is transposed in place, one output
+    channel at a time, so a model's peak memory never holds it twice."""
+    if not sole_reader or w.nbytes < 1 << 20 or not (w.flags.c_contiguous and w.flags.writeable):
+        return np.ascontiguousarray(np.transpose(w, (0, 2, 3, 1)))
+    k = w.shape[0]
+    rows = w.reshape(k, -1)
+    for i in range(k):
+        rows[i] = w[i].transpose(1, 2, 0).reshape(-1)  # the right side is a small copy of one channel
+    return rows.reshape(k, w.shape[2], w.shape[3], w.shape[1])
+
+
 def _residual_add(graph: gs.Graph, t: gs.Tensor) -> tuple[gs.Node, gs.Tensor] | None:
     if len(t.outputs) != 1 or t in graph.outputs:
         return None
@@ -223,7 +235,7 @@ class _Fuser:
         w = p.weight
         bias = p.bias if p.bias is not None else np.zeros(w.shape[0], dtype=w.dtype)
         inputs = [self.to_nhwc(conv.inputs[0]),
-                  make_constant(graph, f"{conv.name}_W_krsc", np.transpose(w, (0, 2, 3, 1))),
+                  make_constant(graph, f"{conv.name}_W_krsc", _krsc(w, sole_reader=len(conv.inputs[1].outputs) == 1)),
                   make_constant(graph, f"{conv.name}_B", bias.astype(w.dtype).reshape(-1))]
         if c.z is not None:
             inputs.append(self.to_nhwc(c.z))
@@ -239,9 +251,14 @@ class _Fuser:
                                    domain=contract.DOMAIN, attrs=attrs, inputs=inputs, outputs=[y_nhwc]))
         self.account(conv, c)
         final = c.output
+        filter_tensor = conv.inputs[1]
         for node in [conv, *c.nodes]:  # detach fully so consumer counts stay exact for later convs
             node.inputs.clear()
             node.outputs.clear()
+        if isinstance(filter_tensor, gs.Constant) and not filter_tensor.outputs:
+            # gs tensors sit in reference cycles, so the OIHW filter would live until a cycle collection,
+            # beside its KRSC copy: empty it now (nothing reads it any more)
+            filter_tensor.values = np.empty((0,), w.dtype)
         add_transpose(graph, y_nhwc, NHWC_TO_NCHW, f"{final.name}_nchw", out=final)
         self.report.transposes_inserted += 1
         self.report.fusions[f"{c.activation}/{c.residual}"] += 1
@@ -267,10 +284,12 @@ def fuse_conv(graph: gs.Graph, report: Report, target: str, kernel_query, decide
             plan.verdict.fuse = False  # a region choice gave a node of its pattern to an earlier conv
             plan.verdict.reason += "; its pattern overlaps one fused before it"
         report.decide(plan.conv, "+".join(n.op for n in plan.nodes), plan.verdict)
+        large = plan.params.weight.nbytes >= 1 << 20
         if plan.verdict.fuse:
             fuser.rewrite(plan.conv, plan.params, plan.candidate)
-        if i % 16 == 15 and plan.params.weight.nbytes >= 1 << 20:
-            gc.collect()  # the replaced OIHW filters are in gs's self-referencing tensors: free them as we go
+        plan.params = None  # the plans would otherwise keep every replaced OIHW filter alive to the end
+        if large and i % 16 == 15:
+            gc.collect()  # and gs's self-referencing tensors may still hold some: free them as we go
     if report.fused_count():
         ensure_domain(graph, contract.DOMAIN, contract.OPSET_VERSION)
     return graph.cleanup(remove_unused_graph_inputs=False).toposort()
