@@ -103,3 +103,25 @@ def test_a_model_optimized_for_ort_cuda_reoptimized_for_tensorrt_loses_the_cuda_
     trt, _ = optimize_model(cuda, target="tensorrt", policy=FusionPolicy(mode="always"))
     assert "NchwToNhwc" not in [n.op_type for n in trt.graph.node]
     assert verify(model, trt)["passed"]
+
+
+def test_one_line_errors_for_bad_arguments_and_a_machine_without_a_gpu(tmp_path, capsys, monkeypatch):
+    from optimizer import measure
+
+    monkeypatch.setattr(measure, "cuda_device_name", lambda: None)
+    src = _source(tmp_path)
+    cases = [
+        (["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--report", str(tmp_path / "missing" / "r.json")],
+         "--report: folder does not exist"),
+        (["bench", str(src), "--backend", "ort-cpu", "--runs", "0"], "--runs must be at least 1"),
+        (["compare", str(src), str(src), "--backend", "ort-cpu", "--runs", "1"], "--runs must be at least 2"),
+    ]
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        cases.append((["tune", str(src)], "no CUDAExecutionProvider"))
+    for args, message in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, (args, err)
+    assert not (tmp_path / "o.onnx").exists()
