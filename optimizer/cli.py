@@ -40,7 +40,7 @@ def _batches(text: str) -> tuple[int, ...]:
 
 
 def _policy(args) -> FusionPolicy:
-    if args.measure_budget < 0:
+    if args.measure_budget is not None and args.measure_budget < 0:
         raise EpifuseError(f"--measure-budget must not be negative, got {args.measure_budget}")
     return FusionPolicy(mode=args.fuse, costs_file=args.costs, costs_device=args.costs_device,
                         measure_budget_s=args.measure_budget, batches=_batches(args.batch))
@@ -305,8 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--costs", metavar="FILE.json",
                        help="times measured on the target by `epifuse tune --export-costs` (instead of measuring here)")
         p.add_argument("--costs-device", metavar="NAME", help="which device of a costs file holding several")
-        p.add_argument("--measure-budget", type=float, default=30.0, metavar="SECONDS",
-                       help="at most this long measuring candidates (default 30; the cache makes reruns free)")
+        p.add_argument("--measure-budget", type=float, default=None, metavar="SECONDS",
+                       help="at most this long measuring candidates (default 30 on ort-cpu, 300 on ort-cuda; "
+                            "the cache makes reruns free)")
         p.add_argument("--batch", default="1", metavar="N[,N...]",
                        help="batch sizes to decide for where the batch dimension is symbolic (default 1)")
 

@@ -34,6 +34,10 @@ from .report import Report
 G_LOGGER.severity = G_LOGGER.ERROR  # gs warns about optional colour output on first use
 TARGETS = ("ort-cpu", "ort-cuda", "tensorrt")
 LARGE_MODEL_BYTES = 32 * 2**20
+# Default measuring budgets: a CPU candidate takes 10-100 ms to time, a GPU one 0.3-3 s (a session per
+# side and batch size, cuDNN's algorithm search in each): ResNet-50 at two batch sizes took 60 s on an
+# H200, YOLOv8s 134 s. The cache makes a second optimization of the same model free.
+MEASURE_BUDGET_S = {"ort-cpu": 30.0, "ort-cuda": 300.0, "tensorrt": 0.0}
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
@@ -45,14 +49,14 @@ class FusionPolicy:
     reads $EPIFUSE_FUSE, default "auto". `costs_file`: times measured earlier on the target (`epifuse
     tune --export-costs`); without one, "auto" measures on this machine where it can run the target
     (ort-cpu always; ort-cuda with a GPU, onnxruntime-gpu and a CUDA build), within `measure_budget_s`
-    seconds, caching what it measured in `cache_path`. `batches`: the batch sizes a symbolic batch
+    seconds (None: MEASURE_BUDGET_S for the target), caching what it measured in `cache_path`. `batches`: the batch sizes a symbolic batch
     dimension is decided for (a candidate fuses only where faster at each). `timer`: a measuring timer
     to use instead of ONNX Runtime's (tests)."""
 
     mode: str | None = None
     costs_file: str | None = None
     costs_device: str | None = None
-    measure_budget_s: float = 30.0
+    measure_budget_s: float | None = None
     batches: tuple[int, ...] = (1,)
     timer: object | None = None
     cache_path: str | None = None
@@ -92,7 +96,8 @@ def make_decider(policy: FusionPolicy, target: str, precision: str, report: Repo
                     cache = CostTable.load(cache_path, missing_ok=True)
                 except EpifuseError:
                     cache = CostTable()  # an unreadable cache is measured afresh and rewritten
-                costs = MeasuredCosts(timer, budget_s=policy.measure_budget_s, cache=cache, cache_path=cache_path,
+                budget = policy.measure_budget_s if policy.measure_budget_s is not None else MEASURE_BUDGET_S[target]
+                costs = MeasuredCosts(timer, budget_s=budget, cache=cache, cache_path=cache_path,
                                       clock=policy.clock)
             else:
                 costs.description = f"no measurement ({why})"
