@@ -3,7 +3,7 @@
     python bench/ncu_layer.py N H W C K R [--stride S] [--pad P] [--groups G] [--kernel NAME | --cudnn] [--act silu]
 
 fp16, NHWC, square filter and stride, symmetric padding; random data. Meant to run under ncu, e.g.
-whether a 3x3 conv is bound by L2→SM traffic (docs/bench-kernels.md, fifth session):
+whether a 3x3 conv is bound by L2→SM traffic (docs/history/bench-kernels-2026-11-30-to-12-01.md):
 
     ncu --profile-from-start off --launch-skip 2 --launch-count 1 \\
         --section SpeedOfLight --section MemoryWorkloadAnalysis \\
