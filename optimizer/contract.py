@@ -28,4 +28,12 @@ ACTIVATIONS: dict[str, tuple[float, ...]] = {
     "softplus": (),
 }
 
-RESIDUAL_MODES = ("none", "pre", "post")
+RESIDUAL_MODES = ("none", "pre", "post")  # in the C ABI's order (epifuse_conv_desc.residual)
+
+TARGETS = ("ort-cpu", "ort-cuda", "tensorrt")
+PRECISIONS = ("fp32", "fp16", "bf16")
+# The ONNX element types (TensorProto) of the FusedConv dtypes: by precision, and by numpy dtype name
+FLOAT, FLOAT16, BFLOAT16 = 1, 10, 16
+PRECISION_CODES = {"fp32": FLOAT, "fp16": FLOAT16, "bf16": BFLOAT16}
+PRECISION_OF_CODE = {code: name for name, code in PRECISION_CODES.items()}
+DTYPE_CODES = {"float32": FLOAT, "float16": FLOAT16, "bfloat16": BFLOAT16}

@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from .contract import PRECISION_OF_CODE
 from .errors import EpifuseError
 from .passes.save import umask
 from .registry import ConvDesc
 
 COSTS_FORMAT = "epifuse-costs/1"
-DTYPE_NAMES = {1: "fp32", 10: "fp16", 16: "bf16"}
 
 
 @dataclass
@@ -54,7 +54,7 @@ class FusionGroup:
 
     @property
     def dtype(self) -> str:
-        return DTYPE_NAMES[self.desc.dtype]
+        return PRECISION_OF_CODE[self.desc.dtype]
 
     @property
     def key(self) -> str:

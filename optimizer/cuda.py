@@ -6,9 +6,9 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from . import registry, runtime
+from . import registry
+from .libraries import CUDA_LIBRARY, library_path
 
-CUDA_LIBRARY = "libepifuse_cuda.so"
 _ERR_LEN = 2048
 
 
@@ -18,7 +18,7 @@ class CudaKernelError(RuntimeError):
 
 @functools.lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(runtime.library_path(CUDA_LIBRARY)))
+    lib = ctypes.CDLL(str(library_path(CUDA_LIBRARY)))
     desc_p = ctypes.POINTER(registry._CDesc)
     lib.epifuse_cuda_kernels.argtypes = [ctypes.c_char_p, desc_p, ctypes.c_char_p, ctypes.c_size_t,
                                          ctypes.c_char_p, ctypes.c_size_t]

@@ -20,14 +20,13 @@ import onnx_graphsurgeon as gs
 import numpy as np
 
 from . import registry
-from .costs import DTYPE_NAMES, Costs, FusionGroup, Timing
+from .contract import DTYPE_CODES, PRECISION_CODES, PRECISION_OF_CODE
+from .costs import Costs, FusionGroup, Timing
 from .registry import ConvDesc
 from .graph import concrete_shapes, constant_value, producer, shape_of
 from .passes.layout import ELEMENTWISE, GLOBAL_POOLS, PARAM_INPUTS, REDUCTIONS
 
 MODES = ("auto", "static", "always")
-DTYPE_CODES = {"float32": 1, "float16": 10, "bfloat16": 16}  # ONNX element types of the FusedConv dtypes
-LOW_PRECISION_CODES = {"fp16": 10, "bf16": 16}
 # A fused group counts its time as ours / FUSE_MARGIN: a candidate fuses only when measured at least
 # 5% faster, so measurement noise alone never turns a tie into a slower model.
 FUSE_MARGIN = 0.95
@@ -114,9 +113,8 @@ class Decider:
 
     def dtype_code(self, weight_dtype) -> int:
         """The dtype a FusedConv will run in: the precision pass makes every FusedConv low precision."""
-        low = LOW_PRECISION_CODES.get(self.precision)
-        if low is not None and np.dtype(weight_dtype) == np.float32:
-            return low
+        if self.precision != "fp32" and np.dtype(weight_dtype) == np.float32:
+            return PRECISION_CODES[self.precision]
         return DTYPE_CODES[np.dtype(weight_dtype).name]
 
     def approve(self, graph: gs.Graph, conv_name: str, nodes: list[gs.Node], x: gs.Tensor, y: gs.Tensor,
@@ -128,7 +126,7 @@ class Decider:
         if count == 0:
             return Verdict(False, f"no kernel: {reason}", fixed=True)
         groups = self.groups(graph, conv_name, nodes, x, None, y, weight, bias, desc)
-        verdict = self.verdict(groups, DTYPE_NAMES[desc.dtype], lambda: registry.kernel_names(self.target, desc))
+        verdict = self.verdict(groups, PRECISION_OF_CODE[desc.dtype], lambda: registry.kernel_names(self.target, desc))
         if verdict.fuse:
             verdict.fixed = True
             self.approved[conv_name] = verdict

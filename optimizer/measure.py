@@ -456,10 +456,10 @@ def cuda_measuring_unavailable() -> str | None:
             return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
     except ImportError:
         return "onnxruntime is not installed"
-    from .runtime import library_path
+    from .libraries import CUDA_LIBRARY, library_path
 
     try:
-        library_path("libepifuse_cuda.so")
+        library_path(CUDA_LIBRARY)
     except FileNotFoundError:
         return "the epifuse library was built without CUDA"
     return None

@@ -13,6 +13,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from .contract import PRECISIONS, TARGETS
 from .costs import Costs, CostTable, FileCosts, MeasuredCosts, default_cache_path
 from .decide import MODES, Decider
 from .errors import EpifuseError
@@ -32,13 +33,11 @@ from .proto import SplitModel, skeleton
 from .report import Report
 
 G_LOGGER.severity = G_LOGGER.ERROR  # gs warns about optional colour output on first use
-TARGETS = ("ort-cpu", "ort-cuda", "tensorrt")
 LARGE_MODEL_BYTES = 32 * 2**20
 # Default measuring budgets: a CPU candidate takes 10-100 ms to time, a GPU one 0.3-3 s (a session per
 # side and batch size, cuDNN's algorithm search in each): ResNet-50 at two batch sizes took 60 s on an
 # H200, YOLOv8s 134 s. The cache makes a second optimization of the same model free.
 MEASURE_BUDGET_S = {"ort-cpu": 30.0, "ort-cuda": 300.0, "tensorrt": 0.0}
-PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 @dataclass

@@ -12,11 +12,12 @@ from typing import Sequence
 
 import numpy as np
 
-from . import runtime
+from .libraries import CORE_LIBRARY, library_path
 
-FLOAT, FLOAT16, BFLOAT16 = 1, 10, 16  # ONNX TensorProto element types
-RESIDUAL_MODES = {"none": 0, "pre": 1, "post": 2}
-TARGETS = ("ort-cpu", "ort-cuda", "tensorrt")
+from .contract import BFLOAT16, FLOAT, FLOAT16, TARGETS  # noqa: F401 (re-exported: the ABI's values)
+from .contract import RESIDUAL_MODES as _RESIDUALS
+
+RESIDUAL_MODES = {mode: i for i, mode in enumerate(_RESIDUALS)}
 _ERR_LEN = 1024
 
 
@@ -89,7 +90,7 @@ class ConvDesc:
 
 @functools.lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(runtime.library_path(runtime.CORE_LIBRARY)))
+    lib = ctypes.CDLL(str(library_path(CORE_LIBRARY)))
     desc_p, err = ctypes.POINTER(_CDesc), (ctypes.c_char_p, ctypes.c_size_t)
     lib.epifuse_abi_version.restype = ctypes.c_int32
     lib.epifuse_validate.argtypes = [desc_p, *err]

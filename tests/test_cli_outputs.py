@@ -83,9 +83,9 @@ def test_verify_of_a_truncated_file_is_one_line(tmp_path, capsys):
 
 
 def test_a_missing_library_is_one_line(tmp_path, capsys, monkeypatch):
-    from optimizer import runtime
+    from optimizer import libraries
 
-    monkeypatch.setattr(runtime, "_candidates", lambda name: [tmp_path / "nowhere" / name])
+    monkeypatch.setattr(libraries, "_candidates", lambda name: [tmp_path / "nowhere" / name])
     src = _source(tmp_path)
     assert main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--fuse", "static", "--verify"]) == 2
     err = capsys.readouterr().err

@@ -29,7 +29,6 @@ import onnx_graphsurgeon as gs
 
 from .. import contract, registry
 from ..activations import ActivationMatch, match_activation
-from ..costs import DTYPE_NAMES
 from ..decide import Decider, Verdict
 from ..graph import (NCHW_TO_NHWC, NHWC_TO_NCHW, add_transpose, constant_value, depends_on,
                      ensure_domain, itemsize, make_constant, make_variable, numel_per_image, same_shape,
@@ -37,13 +36,6 @@ from ..graph import (NCHW_TO_NHWC, NHWC_TO_NCHW, add_transpose, constant_value, 
 from ..registry import ConvDesc
 from ..report import Report
 
-DTYPE_CODES = {np.dtype(np.float32): 1, np.dtype(np.float16): 10}
-try:
-    import ml_dtypes
-
-    DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = 16
-except ImportError:  # pragma: no cover - onnx depends on ml_dtypes
-    pass
 
 
 @dataclass
@@ -72,7 +64,7 @@ def _conv_params(conv: gs.Node) -> ConvParams | str:
         return "filter is not a constant"
     if w.ndim != 4:
         return f"{w.ndim - 2}-D convolution (FusedConv v1 is 2-D only)"
-    if np.dtype(w.dtype) not in DTYPE_CODES:
+    if np.dtype(w.dtype).name not in contract.DTYPE_CODES:
         return f"dtype {w.dtype} has no FusedConv kernel"
     auto_pad = conv.attrs.get("auto_pad", "NOTSET")
     if auto_pad not in ("NOTSET", b"NOTSET"):
@@ -219,7 +211,7 @@ class _Fuser:
             users = sorted({n.op for n in conv.outputs[0].outputs})
             self.report.skip(conv, f"identity is the largest pattern: the conv output also feeds {', '.join(users)} "
                                    f"({len(conv.outputs[0].outputs)} consumers), so nothing after it can be fused")
-        verdict = self.decider.verdict(self.groups(conv, params, cand, desc), DTYPE_NAMES[desc["dtype"]],
+        verdict = self.decider.verdict(self.groups(conv, params, cand, desc), contract.PRECISION_OF_CODE[desc["dtype"]],
                                        lambda: registry.kernel_names(self.target, ConvDesc(**desc)), conv.name)
         if verdict.fuse:
             self.claimed.update(id(n) for n in cand.nodes)
