@@ -24,13 +24,12 @@ from .contract import DTYPE_CODES, PRECISION_CODES, PRECISION_OF_CODE
 from .costs import Costs, FusionGroup, Timing
 from .registry import ConvDesc
 from .graph import concrete_shapes, constant_value, producer, shape_of
-from .passes.layout import ELEMENTWISE, GLOBAL_POOLS, PARAM_INPUTS, REDUCTIONS
+from .passes.layout import HANDLERS
 
 MODES = ("auto", "static", "always")
 # A fused group counts its time as ours / FUSE_MARGIN: a candidate fuses only when measured at least
 # 5% faster, so measurement noise alone never turns a tie into a slower model.
 FUSE_MARGIN = 0.95
-LAYOUT_TRANSPARENT = ELEMENTWISE | REDUCTIONS | set(GLOBAL_POOLS) | {"Concat", "Split", "Slice", "Pad", "Resize"}
 DIRECT_KERNELS = {"cuda_direct"}  # CUDA cores only: cuDNN runs the same problems on tensor cores
 # TensorRT's layer fusion catalog (docs.nvidia.com/deeplearning/tensorrt/latest/performance/fusion-catalog.html):
 # "Convolution and ReLU/GELU/Clip Activation", "Convolution and ElementWise Operation" (a sum without
@@ -204,9 +203,9 @@ class _RegionModel:
     def nhwc_nodes(self, fused: set[int]) -> set[int]:
         nodes = {id(n) for i in fused for n in self.node_lists[i]}
         for node in self.order:
-            if id(node) in nodes or node.op not in LAYOUT_TRANSPARENT:
+            if id(node) in nodes or node.op not in HANDLERS:  # ops the layout pass moves Transposes through
                 continue
-            params = PARAM_INPUTS.get(node.op, set())
+            params = HANDLERS[node.op].params
             data = [t for j, t in enumerate(node.inputs) if j not in params and t.name and constant_value(t) is None]
             if data and all(producer(t) is not None and id(producer(t)) in nodes for t in data) and \
                     all(len(shape_of(t) or [0] * 4) == 4 for t in data):  # unknown rank: taken as 4-D

@@ -3,12 +3,15 @@ with Transposes only where a region meets an op that needs NCHW or a graph input
 
 The fuse pass wraps every FusedConv in Transposes. Here they are pushed down through
 layout-agnostic ops (elementwise ops with their broadcast constants permuted, Concat, Split,
-Slice, Pad, nearest Resize, reductions, GlobalAverage/MaxPool as a ReduceMean/Max over H and W)
-and pairs that compose to the identity cancel. Pushing can cost a Transpose where a tensor also
+Slice, Pad, nearest Resize, reductions, GlobalAverage/MaxPool as a ReduceMean/Max over H and W:
+one table, HANDLERS, says which ops and how) and pairs that compose to the identity cancel. Pushing can cost a Transpose where a tensor also
 feeds an NCHW-only op, so two policies run on copies of the graph — push only where it does not
 add a Transpose, and push wherever possible — and the result with fewer Transposes is kept.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -20,16 +23,23 @@ from ..report import Report
 ELEMENTWISE = {
     "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Celu", "Softplus", "Softsign", "HardSigmoid",
     "HardSwish", "Mish", "Gelu", "Erf", "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil",
-    "Round", "Sign", "Identity", "Cast", "Clip", "Not", "IsNaN", "IsInf",
+    "Round", "Sign", "Identity", "Cast", "Not", "IsNaN", "IsInf",
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "Equal", "Greater",
     "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Mod", "BitShift",
 }
 REDUCTIONS = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2",
               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
 GLOBAL_POOLS = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
-# inputs that carry sizes/indices rather than data, per op (never transposed, maybe remapped)
-PARAM_INPUTS = {"Split": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3}, "Resize": {1, 2, 3}, "Clip": {1, 2}}
-PARAM_INPUTS.update({op: {1} for op in REDUCTIONS})
+
+
+@dataclass(frozen=True)
+class Handler:
+    """How a Transpose moves through one op (ORT's transpose optimizer keeps the same kind of table):
+    the inputs that carry sizes or indices rather than data (never transposed), and the rewrite of its
+    axis-valued attributes and inputs into the NHWC frame, which returns False where it cannot."""
+
+    params: frozenset = frozenset()
+    rewrite: Callable | None = None  # (pusher, node, perm) -> bool
 
 
 def _perm(node: gs.Node) -> tuple[int, ...] | None:
@@ -143,12 +153,12 @@ class _Pusher:
         self.graph, self.greedy = graph, greedy
 
     def data_inputs(self, node: gs.Node) -> list[int]:
-        params = PARAM_INPUTS.get(node.op, set())
+        params = HANDLERS[node.op].params
         return [i for i, t in enumerate(node.inputs) if i not in params and t.name]
 
     def plan(self, node: gs.Node):
         """Returns the perm p when every data input is Transpose(p) output or a constant."""
-        if node.op not in ELEMENTWISE | REDUCTIONS | set(GLOBAL_POOLS) | {"Concat", "Split", "Slice", "Pad", "Resize"}:
+        if node.op not in HANDLERS:
             return None
         perm, moved = None, []
         for i in self.data_inputs(node):
@@ -210,56 +220,8 @@ class _Pusher:
 
     def rewrite_params(self, node: gs.Node, p) -> bool:
         """Moves axis-valued attributes and inputs into the NHWC frame; False where it cannot."""
-        op, g = node.op, self.graph
-        if op in ("Concat", "Split"):
-            node.attrs["axis"] = _axis(int(node.attrs.get("axis", 0)), 4, p)
-        elif op == "Slice":
-            starts = constant_value(node.inputs[1])
-            axes = axes_of(node, 3)
-            if starts is None or (axes is None and len(node.inputs) > 3 and node.inputs[3].name):
-                return False
-            axes = np.arange(starts.size) if axes is None else axes
-            new_axes = make_constant(g, f"{node.name}_axes_nhwc", np.array([_axis(int(a), 4, p) for a in axes], np.int64))
-            inputs = list(node.inputs) + [gs.Variable.empty()] * (4 - len(node.inputs))
-            inputs[3] = new_axes
-            set_inputs(node, inputs)
-        elif op == "Pad":
-            pads = constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
-            if pads is None or pads.size != 8 or (len(node.inputs) > 3 and node.inputs[3].name):
-                return False
-            new = np.zeros(8, np.int64)
-            for i in range(4):
-                new[p[i]], new[4 + p[i]] = pads[i], pads[4 + i]
-            set_inputs(node, [node.inputs[0], make_constant(g, f"{node.name}_pads_nhwc", new), *node.inputs[2:]])
-        elif op == "Resize":
-            mode = node.attrs.get("mode", "nearest")
-            if mode not in ("nearest", b"nearest") or "axes" in node.attrs:
-                return False
-            inputs = list(node.inputs)
-            if len(inputs) > 1 and inputs[1].name and (constant_value(inputs[1]) is None or
-                                                        constant_value(inputs[1]).size):
-                return False  # a roi computed at run time, or a non-empty one
-            for idx in (2, 3):
-                if len(inputs) > idx and inputs[idx].name:
-                    v = constant_value(inputs[idx])
-                    if v is None:
-                        return False  # sizes or scales computed at run time are in NCHW order
-                    if v.size == 0:
-                        continue
-                    if v.size != 4:
-                        return False
-                    new = np.empty_like(v)
-                    for i in range(4):
-                        new[p[i]] = v[i]
-                    inputs[idx] = make_constant(g, f"{node.name}_{'scales' if idx == 2 else 'sizes'}_nhwc", new)
-            set_inputs(node, inputs)
-        elif op in REDUCTIONS:
-            return self.rewrite_reduction(node, p)
-        elif op in GLOBAL_POOLS:
-            node.op = GLOBAL_POOLS[op]
-            node.attrs = {"keepdims": 1}
-            self.set_axes(node, [p[2], p[3]])
-        return True
+        rewrite = HANDLERS[node.op].rewrite
+        return rewrite is None or rewrite(self, node, p)
 
     def set_axes(self, node: gs.Node, axes) -> None:
         axes_as_input = self.graph.opset >= 18 or (node.op == "ReduceSum" and self.graph.opset >= 13)
@@ -270,12 +232,88 @@ class _Pusher:
         else:
             node.attrs["axes"] = sorted(int(a) for a in axes)
 
-    def rewrite_reduction(self, node: gs.Node, p) -> bool:
-        axes = axes_of(node, 1)
-        if axes is None or not int(node.attrs.get("keepdims", 1)):
-            return False  # all-axes or rank-changing reductions are left in NCHW
-        self.set_axes(node, [_axis(int(a), 4, p) for a in axes])
-        return True
+
+def _axis_attribute(pusher: _Pusher, node: gs.Node, p) -> bool:
+    node.attrs["axis"] = _axis(int(node.attrs.get("axis", 0)), 4, p)
+    return True
+
+
+def _slice(pusher: _Pusher, node: gs.Node, p) -> bool:
+    starts = constant_value(node.inputs[1])
+    axes = axes_of(node, 3)
+    if starts is None or (axes is None and len(node.inputs) > 3 and node.inputs[3].name):
+        return False
+    axes = np.arange(starts.size) if axes is None else axes
+    new_axes = make_constant(pusher.graph, f"{node.name}_axes_nhwc",
+                             np.array([_axis(int(a), 4, p) for a in axes], np.int64))
+    inputs = list(node.inputs) + [gs.Variable.empty()] * (4 - len(node.inputs))
+    inputs[3] = new_axes
+    set_inputs(node, inputs)
+    return True
+
+
+def _pad(pusher: _Pusher, node: gs.Node, p) -> bool:
+    pads = constant_value(node.inputs[1]) if len(node.inputs) > 1 else None
+    if pads is None or pads.size != 8 or (len(node.inputs) > 3 and node.inputs[3].name):
+        return False
+    new = np.zeros(8, np.int64)
+    for i in range(4):
+        new[p[i]], new[4 + p[i]] = pads[i], pads[4 + i]
+    set_inputs(node, [node.inputs[0], make_constant(pusher.graph, f"{node.name}_pads_nhwc", new), *node.inputs[2:]])
+    return True
+
+
+def _resize(pusher: _Pusher, node: gs.Node, p) -> bool:
+    mode = node.attrs.get("mode", "nearest")
+    if mode not in ("nearest", b"nearest") or "axes" in node.attrs:
+        return False
+    inputs = list(node.inputs)
+    if len(inputs) > 1 and inputs[1].name and (constant_value(inputs[1]) is None or constant_value(inputs[1]).size):
+        return False  # a roi computed at run time, or a non-empty one
+    for idx in (2, 3):
+        if len(inputs) > idx and inputs[idx].name:
+            v = constant_value(inputs[idx])
+            if v is None:
+                return False  # sizes or scales computed at run time are in NCHW order
+            if v.size == 0:
+                continue
+            if v.size != 4:
+                return False
+            new = np.empty_like(v)
+            for i in range(4):
+                new[p[i]] = v[i]
+            inputs[idx] = make_constant(pusher.graph, f"{node.name}_{'scales' if idx == 2 else 'sizes'}_nhwc", new)
+    set_inputs(node, inputs)
+    return True
+
+
+def _reduction(pusher: _Pusher, node: gs.Node, p) -> bool:
+    axes = axes_of(node, 1)
+    if axes is None or not int(node.attrs.get("keepdims", 1)):
+        return False  # all-axes or rank-changing reductions are left in NCHW
+    pusher.set_axes(node, [_axis(int(a), 4, p) for a in axes])
+    return True
+
+
+def _global_pool(pusher: _Pusher, node: gs.Node, p) -> bool:
+    node.op = GLOBAL_POOLS[node.op]
+    node.attrs = {"keepdims": 1}
+    pusher.set_axes(node, [p[2], p[3]])
+    return True
+
+
+# Every op a Transpose moves through, and how.
+HANDLERS: dict[str, Handler] = {
+    **{op: Handler() for op in ELEMENTWISE},
+    "Clip": Handler(params=frozenset({1, 2})),
+    "Concat": Handler(rewrite=_axis_attribute),
+    "Split": Handler(params=frozenset({1}), rewrite=_axis_attribute),
+    "Slice": Handler(params=frozenset({1, 2, 3, 4}), rewrite=_slice),
+    "Pad": Handler(params=frozenset({1, 2, 3}), rewrite=_pad),
+    "Resize": Handler(params=frozenset({1, 2, 3}), rewrite=_resize),
+    **{op: Handler(params=frozenset({1}), rewrite=_reduction) for op in REDUCTIONS},
+    **{op: Handler(rewrite=_global_pool) for op in GLOBAL_POOLS},
+}
 
 
 def _count_transposes(graph: gs.Graph) -> int:
