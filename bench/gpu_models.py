@@ -102,7 +102,7 @@ def main() -> int:
             rows.append(row)
             print(f"{name} batch {batch}: ORT {row['ort']:.3f} ms, epifuse {row['epifuse']:.3f} ms, "
                   f"{row['speed-up']:.3f}x ({row['q1']:.3f}-{row['q3']:.3f}); always {row['always']:.3f}x", flush=True)
-    lines = [f"| model | batch | ORT best ms | epifuse ms | speed-up | interquartile | fused | fuse=always |",
+    lines = ["| model | batch | ORT best ms | epifuse ms | speed-up | interquartile | fused | fuse=always |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['batch']} | {r['ort']:.3f} | {r['epifuse']:.3f} | {r['speed-up']:.3f}x | "
               f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['always']:.3f}x |" for r in rows]

@@ -9,7 +9,6 @@ under GNU time, and prints wall time, peak RSS and peak RSS / model size (target
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys

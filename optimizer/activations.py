@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import onnx_graphsurgeon as gs
 
-from .graph import constant_value, producer, scalar_value
+from .graph import producer, scalar_value
 
 
 @dataclass

@@ -177,13 +177,13 @@ def _read_raw_tensor(f, start: int, length: int) -> tuple[onnx.TensorProto, np.n
     placeholder (name, type, dims) and the array. None for any other layout (the caller parses it)."""
     head = bytearray()
     raw = None
-    for field, wire, value_start, value_length in _fields(f, start + length):
-        if field == _RAW_DATA_FIELD and wire == _LENGTH_DELIMITED:
+    for number, wire, value_start, value_length in _fields(f, start + length):
+        if number == _RAW_DATA_FIELD and wire == _LENGTH_DELIMITED:
             raw = (value_start, value_length)
             continue
         pos = f.tell()
         f.seek(value_start)
-        head += encode_varint(field << 3 | wire) + (encode_varint(value_length) if wire == _LENGTH_DELIMITED
+        head += encode_varint(number << 3 | wire) + (encode_varint(value_length) if wire == _LENGTH_DELIMITED
                                                     else b"") + f.read(value_length)
         f.seek(pos)
     placeholder = onnx.TensorProto()

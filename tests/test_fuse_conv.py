@@ -1,7 +1,6 @@
 """fuse_conv: which patterns become one epifuse::FusedConv, with which attributes, and which are
 refused (and why); never duplicated work; the kernel registry decides what may fuse."""
 import numpy as np
-import onnx_graphsurgeon as gs
 import pytest
 
 from models import activations as act

@@ -1,7 +1,6 @@
 """gpu_pools: for ort-cuda at fp16, NHWC global average pools (squeeze-excite, heads)
 become Reshape → MatMul by a 1/(H*W) row → Reshape, with the same result; other targets,
 precisions and dynamic spatial sizes keep ReduceMean."""
-import numpy as np
 import onnx
 import pytest
 
