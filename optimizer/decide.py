@@ -15,16 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import onnx_graphsurgeon as gs
-
 import numpy as np
+import onnx_graphsurgeon as gs
 
 from . import registry
 from .contract import DTYPE_CODES, PRECISION_CODES, PRECISION_OF_CODE
 from .costs import Costs, FusionGroup, Timing
-from .registry import ConvDesc
 from .graph import concrete_shapes, constant_value, producer, shape_of
 from .passes.layout import HANDLERS
+from .registry import ConvDesc
 
 MODES = ("auto", "static", "always")
 # A fused group counts its time as ours / FUSE_MARGIN: a candidate fuses only when measured at least
@@ -66,13 +65,12 @@ class Decider:
     """Local verdicts for the fuse pass (`verdict`) and the per-region adjustment (`choose_regions`)."""
 
     def __init__(self, target: str, precision: str, mode: str = "auto", costs: Costs | None = None,
-                 batches: tuple[int, ...] = (1,), kernel_names=None):
+                 batches: tuple[int, ...] = (1,)):
         if mode not in MODES:
             raise ValueError(f"unknown fusion mode {mode!r} (one of {', '.join(MODES)})")
         self.target, self.precision, self.mode = target, precision, mode
         self.costs = costs or Costs()
         self.batches = tuple(batches) or (1,)
-        self.kernel_names = kernel_names
         self.approved: dict[str, Verdict] = {}  # convs an earlier pass wrote on a positive verdict
         self._shapes: dict[int, dict[str, tuple[int, ...]]] = {}  # batch -> shapes inferred with it
 
