@@ -7,20 +7,6 @@ import statistics
 import time
 
 import numpy as np
-import onnx
-
-
-
-def _inputs(model: onnx.ModelProto, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
-    from .verify import random_inputs
-
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
-    for vi in fixed.graph.input:
-        dims = vi.type.tensor_type.shape.dim
-        if dims and not dims[0].HasField("dim_value"):
-            dims[0].dim_value = batch
-    return random_inputs(fixed, seed=seed)
 
 
 def _session(model_bytes: bytes, backend: str, cuda_graph: bool, prefer_nhwc: bool = False):
@@ -60,7 +46,9 @@ def run_bench(path: str, *, backend: str, batch: int, fp16: bool, runs: int, war
         from .pipeline import optimize_model
 
         model, _ = optimize_model(model, target=backend, precision="fp16")
-    feeds = _inputs(model, batch)
+    from .verify import random_inputs
+
+    feeds = random_inputs(model, batch=batch)
     batch = next(iter(feeds.values())).shape[0]  # a static batch dimension wins over --batch
     session = _session(model.SerializeToString(), backend, cuda_graph=False, prefer_nhwc=prefer_nhwc)
     if backend == "ort-cuda":
@@ -104,12 +92,13 @@ def run_tune(path: str, *, batch: int) -> str:
     """Runs `path` once on the CUDA EP with EPIFUSE_TUNE=1: every FusedConv times its valid
     kernels and the winners go to the tuning cache, which later sessions read."""
     from .passes.load import load_model
+    from .verify import random_inputs
 
     os.environ["EPIFUSE_TUNE"] = "1"  # read by the library when a kernel is first chosen
     try:
         model = load_model(path)
         session = _session(model.SerializeToString(), "ort-cuda", cuda_graph=False)
-        session.run(None, _inputs(model, batch))
+        session.run(None, random_inputs(model, batch=batch))
     finally:
         del os.environ["EPIFUSE_TUNE"]
     return os.environ.get("EPIFUSE_TUNING_CACHE", os.path.expanduser("~/.cache/epifuse/tuning.tsv"))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import statistics
 import time
 
-import numpy as np
 import onnx
 
 from .errors import EpifuseError
@@ -38,18 +37,6 @@ def baseline(model: onnx.ModelProto, target: str, precision: str) -> onnx.ModelP
     converted, _ = optimize_model(model, target=target, precision=precision, policy=FusionPolicy(mode="always"),
                                   kernel_query=lambda t, d: (0, "baseline: precision only"))
     return converted
-
-
-def _feeds(model: onnx.ModelProto, batch: int) -> dict[str, np.ndarray]:
-    from .verify import random_inputs  # noqa: PLC0415
-
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
-    for vi in fixed.graph.input:
-        dims = vi.type.tensor_type.shape.dim
-        if dims and not dims[0].HasField("dim_value"):
-            dims[0].dim_value = batch
-    return random_inputs(fixed, seed=0)
 
 
 class _CpuRunner:
@@ -126,8 +113,10 @@ def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, *, backend: s
         raise EpifuseError(f"compare runs on ort-cpu or ort-cuda, not {backend}")
     if rounds < 2:
         raise EpifuseError(f"--runs must be at least 2, got {rounds}")
+    from .verify import random_inputs  # noqa: PLC0415
+
     reference = baseline(original, backend, precision)
-    feeds = _feeds(reference, batch)
+    feeds = random_inputs(reference, batch=batch)
     sides = [_best(_runners(m, feeds, backend), warmup) for m in (reference, optimized)]
     for _ in range(warmup):
         for run in sides:

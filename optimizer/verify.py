@@ -21,8 +21,8 @@ _NUMPY = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float
           onnx.TensorProto.BOOL: np.bool_, onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT8: np.int8}
 
 
-def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Normal random data for every graph input; symbolic dims become 2 (first) or 32 (others)."""
+def random_inputs(model: onnx.ModelProto, seed: int = 0, batch: int = SYMBOLIC_BATCH) -> dict[str, np.ndarray]:
+    """Normal random data for every graph input; symbolic dims become `batch` (first) or 32 (others)."""
     rng = np.random.default_rng(seed)
     initializers = {i.name for i in model.graph.initializer}
     feeds = {}
@@ -31,7 +31,7 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
             continue
         tt = vi.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") and d.dim_value != -1  # -1: paddle2onnx's dynamic dim
-                 else (SYMBOLIC_BATCH if i == 0 else SYMBOLIC_OTHER) for i, d in enumerate(tt.shape.dim)]
+                 else (batch if i == 0 else SYMBOLIC_OTHER) for i, d in enumerate(tt.shape.dim)]
         if any(d < 0 for d in shape) or np.prod(shape, dtype=np.float64) > MAX_RANDOM_ELEMENTS:
             raise EpifuseError(f"input '{vi.name}': shape {shape} is too large or invalid for random inputs; "
                                "pass --inputs FILE.npz")
