@@ -149,7 +149,7 @@ def fused_model(group: FusionGroup, copies: int = 1) -> onnx.ModelProto:
     """The FusedConv that would replace the group, NHWC, `copies` times on the same inputs."""
     d, dtype = group.desc, _np_dtype(group.dtype)
     x = gs.Variable("x", dtype, (d.N, d.H, d.W, d.C))
-    z = gs.Variable("z", dtype, _output_nhwc(d)) if _separate_z(group) else x if d.residual != "none" else None
+    z = gs.Variable("z", dtype, d.output_nhwc()) if _separate_z(group) else x if d.residual != "none" else None
     krsc = np.ascontiguousarray(np.transpose(group.weight, (0, 2, 3, 1)).astype(dtype))
     bias = np.ascontiguousarray(group.bias.astype(dtype))
     graph = gs.Graph(inputs=[x] + ([z] if _separate_z(group) else []), opset=OPSET)
@@ -159,18 +159,12 @@ def fused_model(group: FusionGroup, copies: int = 1) -> onnx.ModelProto:
     if d.activation_params:
         attrs["activation_params"] = [float(p) for p in d.activation_params]
     for copy in range(copies):  # each copy with weights of its own, as in runtime_model
-        y = gs.Variable(f"y{copy}", dtype, _output_nhwc(d))
+        y = gs.Variable(f"y{copy}", dtype, d.output_nhwc())
         w, b = gs.Constant(f"w{copy}", _own(krsc, copy)), gs.Constant(f"b{copy}", _own(bias, copy))
         graph.nodes.append(gs.Node(contract.OP_TYPE, f"fused{copy}", dict(attrs), [x, w, b] + ([z] if z else []), [y],
                                    domain=contract.DOMAIN))
         graph.outputs.append(y)
     return _model(graph)
-
-
-def _output_nhwc(d) -> tuple[int, int, int, int]:
-    p = (d.H + d.pad_top + d.pad_bottom - d.dil_h * (d.R - 1) - 1) // d.stride_h + 1
-    q = (d.W + d.pad_left + d.pad_right - d.dil_w * (d.S - 1) - 1) // d.stride_w + 1
-    return d.N, p, q, d.K
 
 
 def transpose_model(shape, dtype: str, copies: int = 1) -> onnx.ModelProto:
@@ -420,7 +414,7 @@ def _copies_for(group: FusionGroup, target_us: float, most: int) -> int:
     """Copies for a replay of about `target_us`, from a rough roofline of the group (100 TFLOP/s, 2 TB/s,
     4 µs a launch): only the number of copies depends on it, never the time measured."""
     d = group.desc
-    n, p, q, k = _output_nhwc(d)
+    n, p, q, k = d.output_nhwc()
     flops = 2.0 * n * p * q * k * d.R * d.S * d.C / d.group
     size = 2 if group.dtype != "fp32" else 4
     data = size * (n * d.H * d.W * d.C + 2 * n * p * q * k + k * d.R * d.S * d.C / d.group)

@@ -75,6 +75,12 @@ class ConvDesc:
                    int(dilations[0]), int(dilations[1]), *(int(p) for p in pads),
                    activation, tuple(float(a) for a in activation_params), residual)
 
+    def output_nhwc(self) -> tuple[int, int, int, int]:
+        """Y's shape [N, P, Q, K], by the contract's output size rule."""
+        p = output_size(self.H, self.pad_top, self.pad_bottom, self.dil_h, self.R, self.stride_h)
+        q = output_size(self.W, self.pad_left, self.pad_right, self.dil_w, self.S, self.stride_w)
+        return self.N, p, q, self.K
+
     def _to_c(self) -> _CDesc:
         if self.residual not in RESIDUAL_MODES:
             raise ValueError(f"unknown residual {self.residual!r} (expected none, pre or post)")
@@ -181,9 +187,7 @@ def cpu_fused_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, z: np.ndarray | 
     validate(desc)
     if w.shape[3] * group != x.shape[3] or b.shape != (w.shape[0],):
         raise ValueError(f"W {w.shape} / B {b.shape} do not match X {x.shape} with group {group}")
-    p = output_size(desc.H, desc.pad_top, desc.pad_bottom, desc.dil_h, desc.R, desc.stride_h)
-    q = output_size(desc.W, desc.pad_left, desc.pad_right, desc.dil_w, desc.S, desc.stride_w)
-    y_shape = (desc.N, p, q, desc.K)
+    y_shape = desc.output_nhwc()
     if z is not None and z.shape != y_shape:
         raise ValueError(f"Z must have shape {y_shape}, got {z.shape}")
     y = np.empty(y_shape, dtype=x.dtype)
