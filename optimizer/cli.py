@@ -12,6 +12,7 @@ import onnx
 from rich.console import Console
 
 from .errors import EpifuseError
+from .passes.save import same_file
 from .pipeline import PRECISIONS, TARGETS, FusionPolicy, optimize_file, optimize_model
 from .report import Report
 from .tensorrt import add_build_engine_command
@@ -102,8 +103,7 @@ def _check_report_path(path: str | None, *models: str) -> None:
     """Before any work: the report may not take a model's place, and its folder must exist."""
     if not path:
         return
-    if any(os.path.abspath(path) == os.path.abspath(m) or
-           (os.path.exists(path) and os.path.exists(m) and os.path.samefile(path, m)) for m in models):
+    if any(same_file(path, m) for m in models):
         raise EpifuseError("--report would overwrite a model; choose another file", path=path)
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise EpifuseError("--report: folder does not exist", path=path)
@@ -177,9 +177,8 @@ def _available_backend(console: Console) -> str:
 
 
 def cmd_verify(args, console: Console) -> int:
-    from .verify import verify  # noqa: PLC0415
-
     from .passes.load import load_model  # noqa: PLC0415
+    from .verify import verify  # noqa: PLC0415
 
     for path in (args.original, args.optimized):
         if not os.path.isfile(path):

@@ -21,7 +21,7 @@ EXTERNAL_THRESHOLD = 1024
 ALIGNMENT = 4096
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
     return os.path.abspath(a) == os.path.abspath(b) or (os.path.exists(a) and os.path.exists(b) and
                                                       os.path.samefile(a, b))
 
@@ -40,7 +40,7 @@ def check_output_path(out_path: str, in_path: str | None, referenced: set[str] =
     protected = ([in_path] if in_path is not None else []) + sorted(referenced)
     for written in (out_path, out_path + ".data"):
         for kept in protected:
-            if _same_file(written, kept):
+            if same_file(written, kept):
                 if written == out_path and kept == in_path:
                     raise EpifuseError("output path is the input model; choose another file", path=out_path)
                 what = "the input model" if kept == in_path else f"the input's external data file {kept}"
