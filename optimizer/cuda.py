@@ -23,6 +23,8 @@ def _lib() -> ctypes.CDLL:
     lib.epifuse_cuda_kernels.argtypes = [ctypes.c_char_p, desc_p, ctypes.c_char_p, ctypes.c_size_t,
                                          ctypes.c_char_p, ctypes.c_size_t]
     lib.epifuse_cuda_kernels.restype = ctypes.c_int32
+    lib.epifuse_cuda_compiled_kernels.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
+    lib.epifuse_cuda_compiled_kernels.restype = ctypes.c_int32
     lib.epifuse_cuda_workspace_size.argtypes = [ctypes.c_char_p, desc_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.epifuse_cuda_workspace_size.restype = ctypes.c_int64
     lib.epifuse_cuda_fused_conv.argtypes = [ctypes.c_char_p, desc_p, *[ctypes.c_void_p] * 6,  # x w b z y workspace
@@ -36,6 +38,15 @@ def kernels(desc: registry.ConvDesc, target: str = "ort-cuda") -> list[str]:
     names, err = ctypes.create_string_buffer(8192), ctypes.create_string_buffer(_ERR_LEN)
     c = desc._to_c()
     n = _lib().epifuse_cuda_kernels(target.encode(), ctypes.byref(c), names, len(names), err, _ERR_LEN)
+    if n < 0:
+        raise CudaKernelError(err.value.decode())
+    return names.value.decode().split(",") if n > 0 else []
+
+
+def compiled_kernels() -> list[str]:
+    """Every kernel implementation in this build of libepifuse_cuda.so (no GPU needed)."""
+    names, err = ctypes.create_string_buffer(1 << 16), ctypes.create_string_buffer(_ERR_LEN)
+    n = _lib().epifuse_cuda_compiled_kernels(names, len(names), err, _ERR_LEN)
     if n < 0:
         raise CudaKernelError(err.value.decode())
     return names.value.decode().split(",") if n > 0 else []

@@ -12,10 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .libraries import CORE_LIBRARY, library_path
-
 from .contract import BFLOAT16, FLOAT, FLOAT16, TARGETS  # noqa: F401 (re-exported: the ABI's values)
 from .contract import RESIDUAL_MODES as _RESIDUALS
+from .libraries import CORE_LIBRARY, library_path
 
 RESIDUAL_MODES = {mode: i for i, mode in enumerate(_RESIDUALS)}
 _ERR_LEN = 1024
@@ -105,6 +104,8 @@ def _lib() -> ctypes.CDLL:
     lib.epifuse_kernel_count.restype = ctypes.c_int32
     lib.epifuse_kernel_names.argtypes = [ctypes.c_char_p, desc_p, *err]
     lib.epifuse_kernel_names.restype = ctypes.c_int32
+    lib.epifuse_registered_kernels.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.epifuse_registered_kernels.restype = ctypes.c_int32
     lib.epifuse_output_size.argtypes = [ctypes.c_int64] * 6
     lib.epifuse_output_size.restype = ctypes.c_int64
     lib.epifuse_activation_info.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p),
@@ -133,6 +134,15 @@ def kernel_names(target: str, desc: ConvDesc) -> list[str]:
     buf = ctypes.create_string_buffer(1 << 16)
     c = desc._to_c()
     n = _lib().epifuse_kernel_names(target.encode(), ctypes.byref(c), buf, len(buf))
+    return buf.value.decode().split(",") if n > 0 else []
+
+
+def registered_kernels(target: str) -> list[str]:
+    """Every kernel the registry has for `target`, in registry order (problem or no problem)."""
+    buf = ctypes.create_string_buffer(1 << 16)
+    n = _lib().epifuse_registered_kernels(target.encode(), buf, len(buf))
+    if n < 0:
+        raise ValueError(buf.value.decode())
     return buf.value.decode().split(",") if n > 0 else []
 
 

@@ -1,6 +1,9 @@
 """Shared test helpers: tiny graphs, ORT runs of standard-ONNX models, error measures."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
@@ -50,3 +53,22 @@ def ops(model: onnx.ModelProto) -> list[str]:
 
 def gs_graph(model: onnx.ModelProto) -> gs.Graph:
     return gs.import_onnx(onnx.shape_inference.infer_shapes(model))
+
+
+SM90_MANIFEST = Path(__file__).resolve().parents[1] / "plugins" / "kernels" / "sm90" / "kernels.def"
+_SM90_COLUMNS = {"GEMM": ("name", "tu", "tile_m", "tile_n", "tile_k", "schedule", "scheduler", "acts", "residual",
+                          "epilogue_tile", "store_stages", "rows", "prefer"),
+                 "CONV": ("name", "tu", "tile_m", "tile_n", "tile_k", "cluster_m", "schedule", "acts", "prefer")}
+
+
+def sm90_manifest() -> list[dict]:
+    """The lines of plugins/kernels/sm90/kernels.def as dicts (kind, and the columns its header names)."""
+    entries = []
+    for line in SM90_MANIFEST.read_text().splitlines():
+        m = re.fullmatch(r"SM90_(GEMM|CONV)\((.*)\)\s*", line)
+        if m:
+            values = [v.strip() for v in m.group(2).split(",")]
+            columns = _SM90_COLUMNS[m.group(1)]
+            assert len(values) == len(columns), f"kernels.def: {len(values)} columns in {line!r}"
+            entries.append({"kind": m.group(1), **dict(zip(columns, values))})
+    return entries

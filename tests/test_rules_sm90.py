@@ -14,21 +14,15 @@ import pytest
 
 from optimizer import registry
 from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
+from tests.helpers import sm90_manifest
 
 CUDA_TARGETS = ("ort-cuda", "tensorrt")
-# (name, the one activation besides identity its epilogue carries; None: all 14). "_nores": no residual.
-GEMM = (("gemm1x1_128x128_coop_relu", "relu"), ("gemm1x1_128x128_coop_silu", "silu"),
-        ("gemm1x1_256x128_coop_relu", "relu"), ("gemm1x1t_128x224_coop_silu_nores", "silu"),
-        ("gemm1x1_256x128_coop_silu_nores", "silu"),
-        ("gemm1x1t_128x96_coop_silu_nores", "silu"), ("gemm1x1_128x128_coop", None), ("gemm1x1_128x128_pingpong", None),
-        ("gemm1x1_128x128_streamk", None), ("gemm1x1_128x64_pingpong", None))
-# (name, N tile, the one activation besides identity its epilogue carries; None: all 14)
-CONV = (("conv_128x64x64_c1x1_pingpong_relu", 64, "relu"), ("conv_128x64x64_c1x1_pingpong_silu", 64, "silu"),
-        ("conv_128x64x64_c1x1_pingpong", 64, None), ("conv_64x64x64_c1x1_2cta_relu", 64, "relu"),
-        ("conv_64x64x64_c1x1_2cta_silu", 64, "silu"), ("conv_128x128x64_c1x1_pingpong_silu", 128, "silu"),
-        ("conv_128x128x64_c1x1_pingpong", 128, None), ("conv_128x32x32_c1x1_pingpong", 32, None),
-        ("conv_128x64x64_c2x1_2cta", 64, None), ("conv_128x64x64_c2x1", 64, None), ("conv_128x128x64_c1x1", 128, None),
-        ("conv_128x32x32_c2x1_2cta_relu", 32, "relu"), ("conv_128x32x32_c2x1_2cta", 32, None))
+# From the manifest (plugins/kernels/sm90/kernels.def), in registry order.
+# GEMM: (name, the one activation besides identity its epilogue carries (None: all 14), residual input)
+# CONV: (name, N tile, the one activation besides identity its epilogue carries (None: all 14))
+_ACTS = {"ANY": None, "RELU": "relu", "SILU": "silu"}
+GEMM = tuple((e["name"], _ACTS[e["acts"]], e["residual"] == "RESIDUAL") for e in sm90_manifest() if e["kind"] == "GEMM")
+CONV = tuple((e["name"], int(e["tile_n"]), _ACTS[e["acts"]]) for e in sm90_manifest() if e["kind"] == "CONV")
 DT = {FLOAT16: "f16", BFLOAT16: "bf16"}
 INT32_MAX = 2**31 - 1
 
@@ -60,8 +54,8 @@ def expected(d: ConvDesc) -> list[str]:
     known_nhw = min(d.N, d.H, d.W) >= 0
     if (d.R, d.S, d.stride_h, d.stride_w, pads) == (1, 1, 1, 1, (0, 0, 0, 0)) and \
             not (known_nhw and d.N * d.H * d.W > INT32_MAX):
-        names += [f"sm90_{dt}_{g}" for g, act in GEMM if (act is None or d.activation in ("identity", act))
-                  and not (g.endswith("_nores") and d.residual != "none")]
+        names += [f"sm90_{dt}_{g}" for g, act, residual in GEMM if (act is None or d.activation in ("identity", act))
+                  and (residual or d.residual == "none")]
     ok = max(d.stride_h, d.stride_w) <= 8 and all(0 <= p <= 256 for p in pads)
     ok &= d.pad_top <= 128 and d.pad_left <= 128
     for extent, dil, pad_end in ((d.R, d.dil_h, d.pad_bottom), (d.S, d.dil_w, d.pad_right)):

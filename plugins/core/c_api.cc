@@ -79,6 +79,26 @@ int32_t epifuse_kernel_names(const char* target, const epifuse_conv_desc* d, cha
   return count;
 }
 
+int32_t epifuse_registered_kernels(const char* target, char* buf, size_t len) {
+  std::string text;
+  int32_t count = 0;
+  try {
+    const auto& targets = epifuse::known_targets();
+    if (!target || std::find(targets.begin(), targets.end(), target) == targets.end()) {
+      report(std::string("unknown target '") + (target ? target : "(null)") + "'", buf, len);
+      return -1;
+    }
+    for (const epifuse::KernelDescriptor& k : epifuse::kernel_registry())
+      if (std::find(k.targets.begin(), k.targets.end(), target) != k.targets.end())
+        text += std::string(count++ ? "," : "") + k.name;
+  } catch (const std::exception& e) {
+    report(e.what(), buf, len);
+    return -1;
+  }
+  report(text, buf, len);
+  return count;
+}
+
 int64_t epifuse_output_size(int64_t in, int64_t pad_begin, int64_t pad_end, int64_t dilation,
                             int64_t kernel, int64_t stride) {
   return epifuse::output_size(in, pad_begin, pad_end, dilation, kernel, stride);

@@ -48,6 +48,10 @@ EPIFUSE_EXPORT int32_t epifuse_kernel_count(const char* target, const epifuse_co
 EPIFUSE_EXPORT int32_t epifuse_kernel_names(const char* target, const epifuse_conv_desc* d, char* buf,
                                             size_t len);
 
+// Every kernel registered for `target`, in registry order, comma-separated in `buf` (NUL-terminated,
+// truncated to `len`). Returns their count; -1 for an unknown target (`buf` says so).
+EPIFUSE_EXPORT int32_t epifuse_registered_kernels(const char* target, char* buf, size_t len);
+
 // Output spatial size by the contract's rule; returns -1 for a symbolic (-1) input size.
 EPIFUSE_EXPORT int64_t epifuse_output_size(int64_t in, int64_t pad_begin, int64_t pad_end,
                                            int64_t dilation, int64_t kernel, int64_t stride);

@@ -105,45 +105,18 @@ bool identity_or(const ConvProblem& p, ActivationKind act, std::string* why) {
                          " not in the epilogue (identity, " + activation_table()[static_cast<size_t>(act)].name + ")");
 }
 
-template <ActivationKind kAct>
-bool gemm1x1_with(const ConvProblem& p, DType dtype, std::string* why) {
-  return identity_or(p, kAct, why) && gemm1x1_can_implement(p, dtype, why);
+// A kernels.def entry's rule: its epilogue's activations (acts: all, or identity and one), residual
+// input and N tile (a conv's grid counts K tiles), then the family's limits.
+template <DType kDType, bool kAnyActivation, ActivationKind kAct, bool kResidual>
+bool gemm_rule(const ConvProblem& p, std::string* why) {
+  if (!kResidual && p.attr.residual != Residual::kNone)
+    return reject(why, "residual in a kernel whose epilogue has no residual input");
+  return (kAnyActivation || identity_or(p, kAct, why)) && gemm1x1_can_implement(p, kDType, why);
 }
-
-bool f16_gemm1x1_relu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kRelu>(p, DType::kFloat16, why); }
-bool bf16_gemm1x1_relu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kRelu>(p, DType::kBFloat16, why); }
-bool f16_gemm1x1_silu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kSilu>(p, DType::kFloat16, why); }
-bool bf16_gemm1x1_silu(const ConvProblem& p, std::string* why) { return gemm1x1_with<ActivationKind::kSilu>(p, DType::kBFloat16, why); }
-// The _nores kernels' epilogue has no residual input (sm90_gemm.cuh: NoResidual).
-bool no_residual(const ConvProblem& p, std::string* why) {
-  return p.attr.residual == Residual::kNone || reject(why, "residual in a kernel whose epilogue has no residual input");
+template <DType kDType, int kTileN, bool kAnyActivation, ActivationKind kAct>
+bool conv_rule(const ConvProblem& p, std::string* why) {
+  return (kAnyActivation || identity_or(p, kAct, why)) && conv_can_implement<kTileN>(p, kDType, why);
 }
-bool f16_gemm1x1_silu_nores(const ConvProblem& p, std::string* why) { return no_residual(p, why) && f16_gemm1x1_silu(p, why); }
-bool bf16_gemm1x1_silu_nores(const ConvProblem& p, std::string* why) { return no_residual(p, why) && bf16_gemm1x1_silu(p, why); }
-bool f16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_implement(p, DType::kFloat16, why); }
-bool bf16_gemm1x1(const ConvProblem& p, std::string* why) { return gemm1x1_can_implement(p, DType::kBFloat16, why); }
-template <int kTileN, ActivationKind kAct>
-bool conv_with(const ConvProblem& p, DType dtype, std::string* why) {
-  return identity_or(p, kAct, why) && conv_can_implement<kTileN>(p, dtype, why);
-}
-#define EPIFUSE_CONV_WITH(N, ACT, Act)                                                                      \
-  bool f16_conv_n##N##_##ACT(const ConvProblem& p, std::string* why) {                                    \
-    return conv_with<N, ActivationKind::Act>(p, DType::kFloat16, why);                                    \
-  }                                                                                                        \
-  bool bf16_conv_n##N##_##ACT(const ConvProblem& p, std::string* why) {                                   \
-    return conv_with<N, ActivationKind::Act>(p, DType::kBFloat16, why);                                   \
-  }
-EPIFUSE_CONV_WITH(64, relu, kRelu)
-EPIFUSE_CONV_WITH(64, silu, kSilu)
-EPIFUSE_CONV_WITH(128, silu, kSilu)
-EPIFUSE_CONV_WITH(32, relu, kRelu)
-#undef EPIFUSE_CONV_WITH
-bool f16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_implement<128>(p, DType::kFloat16, why); }
-bool bf16_conv_n128(const ConvProblem& p, std::string* why) { return conv_can_implement<128>(p, DType::kBFloat16, why); }
-bool f16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kFloat16, why); }
-bool bf16_conv_n64(const ConvProblem& p, std::string* why) { return conv_can_implement<64>(p, DType::kBFloat16, why); }
-bool f16_conv_n32(const ConvProblem& p, std::string* why) { return conv_can_implement<32>(p, DType::kFloat16, why); }
-bool bf16_conv_n32(const ConvProblem& p, std::string* why) { return conv_can_implement<32>(p, DType::kBFloat16, why); }
 
 // The untuned order, from the H200 anchor and model-layer tables (docs/bench-kernels.md; fp16). For
 // convs the 1x1 GEMMs do not take (3x3s, strided 1x1s): the persistent ping-pong 128x64 conv (first in
@@ -212,56 +185,34 @@ bool prefer_conv_1cta(const ConvProblem& p) {
 // (conv_pingpong_kernel.hpp: 128x64, 128x128 wins some K >= 256 layers, 128x32 for C, K <= 32), then
 // CUTLASS's non-persistent kernel as 128x64 with two CTAs per SM, one CTA (wins some batch-1 layers
 // by a few %), 128x128, and 128x32. Tuning picks per problem; without it the `preferred` rules above
-// reorder the convs by problem size.
+// reorder the convs by problem size. The list itself is kernels.def, whose order this keeps.
+
+// kernels.def's columns as rule parameters.
+#define EPIFUSE_SM90_ACTS_ANY true, ActivationKind::kIdentity
+#define EPIFUSE_SM90_ACTS_RELU false, ActivationKind::kRelu
+#define EPIFUSE_SM90_ACTS_SILU false, ActivationKind::kSilu
+#define EPIFUSE_SM90_RESIDUAL_RESIDUAL true
+#define EPIFUSE_SM90_RESIDUAL_NO_RESIDUAL false
+
 std::vector<KernelDescriptor> sm90_kernel_rules() {
-  return {
-      {"sm90_f16_gemm1x1_128x128_coop_relu", cuda_targets(), f16_gemm1x1_relu, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x128_coop_relu", cuda_targets(), bf16_gemm1x1_relu, kSm, kSm},
-      {"sm90_f16_gemm1x1_128x128_coop_silu", cuda_targets(), f16_gemm1x1_silu, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x128_coop_silu", cuda_targets(), bf16_gemm1x1_silu, kSm, kSm},
-      {"sm90_f16_gemm1x1_256x128_coop_relu", cuda_targets(), f16_gemm1x1_relu, kSm, kSm, prefer_gemm_256x128},
-      {"sm90_bf16_gemm1x1_256x128_coop_relu", cuda_targets(), bf16_gemm1x1_relu, kSm, kSm, prefer_gemm_256x128},
-      {"sm90_f16_gemm1x1t_128x224_coop_silu_nores", cuda_targets(), f16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_224px},
-      {"sm90_bf16_gemm1x1t_128x224_coop_silu_nores", cuda_targets(), bf16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_224px},
-      {"sm90_f16_gemm1x1_256x128_coop_silu_nores", cuda_targets(), f16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_256x128},
-      {"sm90_bf16_gemm1x1_256x128_coop_silu_nores", cuda_targets(), bf16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_256x128},
-      {"sm90_f16_gemm1x1t_128x96_coop_silu_nores", cuda_targets(), f16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_96px},
-      {"sm90_bf16_gemm1x1t_128x96_coop_silu_nores", cuda_targets(), bf16_gemm1x1_silu_nores, kSm, kSm, prefer_gemm_96px},
-      {"sm90_f16_gemm1x1_128x128_coop", cuda_targets(), f16_gemm1x1, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x128_coop", cuda_targets(), bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_gemm1x1_128x128_pingpong", cuda_targets(), f16_gemm1x1, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x128_pingpong", cuda_targets(), bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_gemm1x1_128x128_streamk", cuda_targets(), f16_gemm1x1, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x128_streamk", cuda_targets(), bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_gemm1x1_128x64_pingpong", cuda_targets(), f16_gemm1x1, kSm, kSm},
-      {"sm90_bf16_gemm1x1_128x64_pingpong", cuda_targets(), bf16_gemm1x1, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c1x1_pingpong_relu", cuda_targets(), f16_conv_n64_relu, kSm, kSm},
-      {"sm90_bf16_conv_128x64x64_c1x1_pingpong_relu", cuda_targets(), bf16_conv_n64_relu, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c1x1_pingpong_silu", cuda_targets(), f16_conv_n64_silu, kSm, kSm},
-      {"sm90_bf16_conv_128x64x64_c1x1_pingpong_silu", cuda_targets(), bf16_conv_n64_silu, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c1x1_pingpong", cuda_targets(), f16_conv_n64, kSm, kSm},
-      {"sm90_bf16_conv_128x64x64_c1x1_pingpong", cuda_targets(), bf16_conv_n64, kSm, kSm},
-      {"sm90_f16_conv_64x64x64_c1x1_2cta_relu", cuda_targets(), f16_conv_n64_relu, kSm, kSm, prefer_conv_64x64},
-      {"sm90_bf16_conv_64x64x64_c1x1_2cta_relu", cuda_targets(), bf16_conv_n64_relu, kSm, kSm, prefer_conv_64x64},
-      {"sm90_f16_conv_64x64x64_c1x1_2cta_silu", cuda_targets(), f16_conv_n64_silu, kSm, kSm, prefer_conv_64x64},
-      {"sm90_bf16_conv_64x64x64_c1x1_2cta_silu", cuda_targets(), bf16_conv_n64_silu, kSm, kSm, prefer_conv_64x64},
-      {"sm90_f16_conv_128x128x64_c1x1_pingpong_silu", cuda_targets(), f16_conv_n128_silu, kSm, kSm},
-      {"sm90_bf16_conv_128x128x64_c1x1_pingpong_silu", cuda_targets(), bf16_conv_n128_silu, kSm, kSm},
-      {"sm90_f16_conv_128x128x64_c1x1_pingpong", cuda_targets(), f16_conv_n128, kSm, kSm},
-      {"sm90_bf16_conv_128x128x64_c1x1_pingpong", cuda_targets(), bf16_conv_n128, kSm, kSm},
-      {"sm90_f16_conv_128x32x32_c1x1_pingpong", cuda_targets(), f16_conv_n32, kSm, kSm},
-      {"sm90_bf16_conv_128x32x32_c1x1_pingpong", cuda_targets(), bf16_conv_n32, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c2x1_2cta", cuda_targets(), f16_conv_n64, kSm, kSm},
-      {"sm90_bf16_conv_128x64x64_c2x1_2cta", cuda_targets(), bf16_conv_n64, kSm, kSm},
-      {"sm90_f16_conv_128x64x64_c2x1", cuda_targets(), f16_conv_n64, kSm, kSm, prefer_conv_1cta},
-      {"sm90_bf16_conv_128x64x64_c2x1", cuda_targets(), bf16_conv_n64, kSm, kSm, prefer_conv_1cta},
-      {"sm90_f16_conv_128x128x64_c1x1", cuda_targets(), f16_conv_n128, kSm, kSm},
-      {"sm90_bf16_conv_128x128x64_c1x1", cuda_targets(), bf16_conv_n128, kSm, kSm},
-      {"sm90_f16_conv_128x32x32_c2x1_2cta_relu", cuda_targets(), f16_conv_n32_relu, kSm, kSm, prefer_conv_128x32},
-      {"sm90_bf16_conv_128x32x32_c2x1_2cta_relu", cuda_targets(), bf16_conv_n32_relu, kSm, kSm, prefer_conv_128x32},
-      {"sm90_f16_conv_128x32x32_c2x1_2cta", cuda_targets(), f16_conv_n32, kSm, kSm, prefer_conv_128x32},
-      {"sm90_bf16_conv_128x32x32_c2x1_2cta", cuda_targets(), bf16_conv_n32, kSm, kSm, prefer_conv_128x32},
-  };
+  std::vector<KernelDescriptor> rules;
+#define SM90_GEMM(name, tu, tile_m, tile_n, tile_k, schedule, scheduler, acts, residual, epi, store_stages, rows, \
+                  prefer)                                                                                       \
+  rules.push_back({"sm90_f16_" #name, cuda_targets(),                                                            \
+                   gemm_rule<DType::kFloat16, EPIFUSE_SM90_ACTS_##acts, EPIFUSE_SM90_RESIDUAL_##residual>, kSm, kSm, \
+                   prefer});                                                                                     \
+  rules.push_back({"sm90_bf16_" #name, cuda_targets(),                                                           \
+                   gemm_rule<DType::kBFloat16, EPIFUSE_SM90_ACTS_##acts, EPIFUSE_SM90_RESIDUAL_##residual>, kSm, kSm, \
+                   prefer});
+#define SM90_CONV(name, tu, tile_m, tile_n, tile_k, cluster_m, schedule, acts, prefer)                          \
+  rules.push_back({"sm90_f16_" #name, cuda_targets(), conv_rule<DType::kFloat16, tile_n, EPIFUSE_SM90_ACTS_##acts>, \
+                   kSm, kSm, prefer});                                                                           \
+  rules.push_back({"sm90_bf16_" #name, cuda_targets(), conv_rule<DType::kBFloat16, tile_n, EPIFUSE_SM90_ACTS_##acts>, \
+                   kSm, kSm, prefer});
+#include "../kernels/sm90/kernels.def"
+#undef SM90_GEMM
+#undef SM90_CONV
+  return rules;
 }
 
 }  // namespace epifuse

@@ -63,6 +63,20 @@ int32_t epifuse_cuda_kernels(const char* target, const epifuse_conv_desc* d, cha
   }
 }
 
+int32_t epifuse_cuda_compiled_kernels(char* names, size_t names_len, char* err, size_t err_len) {
+  try {
+    const std::vector<const char*> compiled = epifuse::cuda::compiled_kernel_names();
+    std::string list;
+    for (const char* name : compiled) list += std::string(list.empty() ? "" : ",") + name;
+    if (list.size() + 1 > names_len) return -epifuse::report_error("names buffer too small", err, err_len);
+    list.copy(names, list.size());
+    names[list.size()] = '\0';
+    return static_cast<int32_t>(compiled.size());
+  } catch (const std::exception& e) {
+    return -epifuse::report_error(e.what(), err, err_len);
+  }
+}
+
 int64_t epifuse_cuda_workspace_size(const char* kernel, const epifuse_conv_desc* d, char* err, size_t err_len) {
   try {
     ConvProblem p;

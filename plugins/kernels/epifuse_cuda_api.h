@@ -14,6 +14,10 @@ extern "C" {
 EPIFUSE_EXPORT int32_t epifuse_cuda_kernels(const char* target, const epifuse_conv_desc* d, char* names,
                                             size_t names_len, char* err, size_t err_len);
 
+// Every kernel implementation compiled into this library (with or without a GPU), comma-separated
+// in `names`. Returns their count, or -1 when `names` is too small (`err` says so).
+EPIFUSE_EXPORT int32_t epifuse_cuda_compiled_kernels(char* names, size_t names_len, char* err, size_t err_len);
+
 // Workspace bytes kernel `kernel` needs for `d` (-1 with `err` set for an unknown kernel).
 EPIFUSE_EXPORT int64_t epifuse_cuda_workspace_size(const char* kernel, const epifuse_conv_desc* d, char* err,
                                                    size_t err_len);

@@ -11,6 +11,18 @@
 #include "conv_problem.h"
 #include "status.h"
 
+// The 16-bit twins this build compiles (EPIFUSE_CUDA_DTYPES in CMake): the kernel tables list only those.
+#ifdef EPIFUSE_BUILD_F16
+#define EPIFUSE_IF_F16(...) __VA_ARGS__
+#else
+#define EPIFUSE_IF_F16(...)
+#endif
+#ifdef EPIFUSE_BUILD_BF16
+#define EPIFUSE_IF_BF16(...) __VA_ARGS__
+#else
+#define EPIFUSE_IF_BF16(...)
+#endif
+
 namespace epifuse::cuda {
 
 // Device pointers: X [N,H,W,C], W [K,R,S,C/group], B [K], Z [N,P,Q,K] or null, Y [N,P,Q,K],
@@ -59,6 +71,8 @@ struct NamedFamily {
 
 // The implementation of registry kernel `name`, or null when this build does not contain it.
 const KernelImpl* find_impl(const char* name);
+// Every implementation in this build, whether a registry rule names it or not (the manifest test's view).
+std::vector<const char*> compiled_kernel_names();
 
 // The current device and its SM count, cached per device (launch paths call it on every run);
 // false, with the CUDA error cleared, when CUDA cannot say.

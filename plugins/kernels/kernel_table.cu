@@ -24,16 +24,28 @@ std::vector<KernelImpl> sm80_kernels() { return {}; }
 std::vector<KernelImpl> sm90_kernels() { return {}; }
 #endif
 
-const KernelImpl* find_impl(const char* name) {
+namespace {
+const std::vector<KernelImpl>& all_kernels() {
   static const std::vector<KernelImpl> all = [] {
     std::vector<KernelImpl> v;
     for (auto family : {sm90_kernels, im2col_kernels, padded_kernels, sm80_kernels, direct_kernels})
       for (const KernelImpl& k : family()) v.push_back(k);
     return v;
   }();
-  for (const KernelImpl& k : all)
+  return all;
+}
+}  // namespace
+
+const KernelImpl* find_impl(const char* name) {
+  for (const KernelImpl& k : all_kernels())
     if (std::strcmp(k.name, name) == 0) return &k;
   return nullptr;
+}
+
+std::vector<const char*> compiled_kernel_names() {
+  std::vector<const char*> names;
+  for (const KernelImpl& k : all_kernels()) names.push_back(k.name);
+  return names;
 }
 
 bool current_device_sms(int* device, int* sms) {

@@ -12,7 +12,7 @@ namespace sm80 {
   X(fewch_128x64x32_2st)        \
   X(unaligned_64x64x32_2st)     \
   X(splitk_64x64x64_4st)
-#define EPIFUSE_SM80_DECLARE(cfg) KernelImpl f16_##cfg(); KernelImpl bf16_##cfg();
+#define EPIFUSE_SM80_DECLARE(cfg) EPIFUSE_IF_F16(KernelImpl f16_##cfg();) EPIFUSE_IF_BF16(KernelImpl bf16_##cfg();)
 EPIFUSE_SM80_CONFIGS(EPIFUSE_SM80_DECLARE)
 #undef EPIFUSE_SM80_DECLARE
 KernelImpl f32_3xtf32_128x64x16_4st();
@@ -20,7 +20,7 @@ KernelImpl f32_3xtf32_128x64x16_4st();
 
 std::vector<KernelImpl> sm80_kernels() {
   std::vector<KernelImpl> v;
-#define EPIFUSE_SM80_LIST(cfg) v.push_back(sm80::f16_##cfg()); v.push_back(sm80::bf16_##cfg());
+#define EPIFUSE_SM80_LIST(cfg) EPIFUSE_IF_F16(v.push_back(sm80::f16_##cfg());) EPIFUSE_IF_BF16(v.push_back(sm80::bf16_##cfg());)
   EPIFUSE_SM80_CONFIGS(EPIFUSE_SM80_LIST)
 #undef EPIFUSE_SM80_LIST
   v.push_back(sm80::f32_3xtf32_128x64x16_4st());
