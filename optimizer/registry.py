@@ -104,6 +104,9 @@ def _lib() -> ctypes.CDLL:
     lib.epifuse_kernel_count.restype = ctypes.c_int32
     lib.epifuse_kernel_names.argtypes = [ctypes.c_char_p, desc_p, *err]
     lib.epifuse_kernel_names.restype = ctypes.c_int32
+    lib.epifuse_kernel_names_on_device.argtypes = [ctypes.c_char_p, desc_p, ctypes.c_int32, ctypes.c_int32,
+                                                    ctypes.c_char_p, ctypes.c_size_t]
+    lib.epifuse_kernel_names_on_device.restype = ctypes.c_int32
     lib.epifuse_registered_kernels.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.epifuse_registered_kernels.restype = ctypes.c_int32
     lib.epifuse_output_size.argtypes = [ctypes.c_int64] * 6
@@ -129,11 +132,12 @@ def kernel_count(target: str, desc: ConvDesc) -> tuple[int, str]:
     return n, err.value.decode() if n == 0 else ""
 
 
-def kernel_names(target: str, desc: ConvDesc) -> list[str]:
-    """Names of the kernels on `target` that can run `desc`, best first (empty when none)."""
+def kernel_names(target: str, desc: ConvDesc, sm: int = 0, sm_count: int = 0) -> list[str]:
+    """Names of the kernels on `target` that can run `desc`, best first (empty when none); `sm` and
+    `sm_count`: the device's compute capability (major*10+minor) and SM count, 0 where not known."""
     buf = ctypes.create_string_buffer(1 << 16)
     c = desc._to_c()
-    n = _lib().epifuse_kernel_names(target.encode(), ctypes.byref(c), buf, len(buf))
+    n = _lib().epifuse_kernel_names_on_device(target.encode(), ctypes.byref(c), sm, sm_count, buf, len(buf))
     return buf.value.decode().split(",") if n > 0 else []
 
 

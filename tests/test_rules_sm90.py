@@ -195,6 +195,22 @@ def test_untuned_conv_choice_follows_the_measured_winners(desc, first, dtype):
     assert sorted(names) == sorted(set(names))
 
 
+@pytest.mark.parametrize("sm_count, first", [
+    (0, "gemm1x1t_128x96_coop_silu_nores"),    # unknown device: an H200's 132 SMs, 132 tiles of 128x96
+    (132, "gemm1x1t_128x96_coop_silu_nores"),
+    (114, "gemm1x1_128x128_coop_silu"),         # an H100 PCIe: 132 tiles are more than a wave, 98 of 128x128 fill it
+    (160, "gemm1x1t_128x96_coop_silu_nores"),   # 132 tiles still fill 0.83 of one wave
+    (90, "gemm1x1_128x128_coop_silu"),          # 98 tiles of 128x128 fill more than one wave
+])
+def test_shape_rules_count_the_device_sms(sm_count, first):
+    """The untuned order judges waves on the device's SM count (r50.s3.1x1dn, SiLU: 6272 pixels x 256
+    channels are 132 tiles of 128x96 and 98 of 128x128)."""
+    d = dataclasses.replace(ANCHORS["r50.s3.1x1dn"], activation="silu")
+    names = registry.kernel_names("ort-cuda", d, sm=90, sm_count=sm_count)
+    assert names[0] == f"sm90_f16_{first}", names[:4]
+    assert sorted(names) == sorted(registry.kernel_names("ort-cuda", d))  # the same kernels, another order
+
+
 @pytest.mark.skipif(not HAVE_NAMES, reason="registry.kernel_names / epifuse_kernel_names not in this build")
 def test_sm90_first_and_gemm_first():
     # Relu: no `preferred` rule applies (the 96-pixel GEMM that 132 tiles would prefer carries SiLU): the registry order

@@ -58,6 +58,11 @@ int32_t epifuse_kernel_count(const char* target, const epifuse_conv_desc* d, cha
 }
 
 int32_t epifuse_kernel_names(const char* target, const epifuse_conv_desc* d, char* buf, size_t len) {
+  return epifuse_kernel_names_on_device(target, d, 0, 0, buf, len);
+}
+
+int32_t epifuse_kernel_names_on_device(const char* target, const epifuse_conv_desc* d, int32_t sm, int32_t sm_count,
+                                       char* buf, size_t len) {
   std::string text;
   int32_t count = 0;
   try {
@@ -66,7 +71,7 @@ int32_t epifuse_kernel_names(const char* target, const epifuse_conv_desc* d, cha
     if (!s.ok()) {
       text = s.message();
     } else {
-      for (const epifuse::KernelDescriptor* k : epifuse::find_kernels(target, p, &text)) {
+      for (const epifuse::KernelDescriptor* k : epifuse::find_kernels(target, p, &text, epifuse::DeviceInfo{sm, sm_count})) {
         if (count++ == 0) text.clear();
         text += std::string(count > 1 ? "," : "") + k->name;
       }

@@ -48,6 +48,11 @@ EPIFUSE_EXPORT int32_t epifuse_kernel_count(const char* target, const epifuse_co
 EPIFUSE_EXPORT int32_t epifuse_kernel_names(const char* target, const epifuse_conv_desc* d, char* buf,
                                             size_t len);
 
+// The same for a device of compute capability `sm` (major*10+minor; 0: any) with `sm_count` SMs (0: not
+// known, the heuristics assume an H200's 132): the order the CUDA library's untuned choice follows there.
+EPIFUSE_EXPORT int32_t epifuse_kernel_names_on_device(const char* target, const epifuse_conv_desc* d, int32_t sm,
+                                                      int32_t sm_count, char* buf, size_t len);
+
 // Every kernel registered for `target`, in registry order, comma-separated in `buf` (NUL-terminated,
 // truncated to `len`). Returns their count; -1 for an unknown target (`buf` says so).
 EPIFUSE_EXPORT int32_t epifuse_registered_kernels(const char* target, char* buf, size_t len);

@@ -23,9 +23,15 @@ const std::vector<KernelDescriptor>& kernel_registry() {
     // gemv first: it only takes 1x1 convs over a few pixels, where a tensor-core tile is mostly padding.
     // The stem kernel before im2col, and im2col before padding: for few-channel stems a GEMM over
     // R*S*C beats a conv on padded channels, and building its rows in shared memory beats writing them.
+    int index = 0;
     for (auto family : {gemv_kernel_rules, stem_kernel_rules, sm90_kernel_rules, im2col_kernel_rules, padded_kernel_rules,
-                        sm80_kernel_rules, direct_kernel_rules})
-      for (KernelDescriptor& k : family()) all.push_back(k);
+                        sm80_kernel_rules, direct_kernel_rules}) {
+      ++index;
+      for (KernelDescriptor& k : family()) {
+        k.family = index;
+        all.push_back(k);
+      }
+    }
     return all;
   }();
   return registry;
@@ -53,7 +59,8 @@ bool inner_kernel_can_implement(const char* inner_name, const ConvProblem& q, co
 }
 
 std::vector<const KernelDescriptor*> find_kernels(const std::string& target, const ConvProblem& p,
-                                                  std::string* why, int sm) {
+                                                  std::string* why, const DeviceInfo& d) {
+  const int sm = d.sm;
   std::vector<const KernelDescriptor*> found;
   const auto& targets = known_targets();
   if (std::find(targets.begin(), targets.end(), target) == targets.end()) {
@@ -77,8 +84,7 @@ std::vector<const KernelDescriptor*> find_kernels(const std::string& target, con
     }
   }
   if (found.empty()) *why = "no kernel for target '" + target + "': " + (reasons.empty() ? "none registered" : reasons);
-  std::stable_partition(found.begin(), found.end(),
-                        [&](const KernelDescriptor* k) { return k->preferred && k->preferred(p); });
+  rank_kernels(&found, p, d);
   return found;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "conv_problem.h"
+#include "heuristics.h"
 
 namespace epifuse {
 
@@ -19,9 +20,12 @@ struct KernelDescriptor {
   bool (*can_implement)(const ConvProblem& p, std::string* why);
   // Compute capabilities (major*10+minor) the kernel's code runs on; 0/0 for CPU kernels.
   int min_sm = 0, max_sm = 0;
-  // Optional: true when, for `p`, this kernel should come before the ones listed ahead of it (a
-  // measured shape rule for the untuned first choice; tuning and TensorRT time every kernel anyway).
-  bool (*preferred)(const ConvProblem& p) = nullptr;
+  // Optional: true when, for `p` on device `d`, this kernel should come before the ones of its family
+  // listed ahead of it (a measured shape rule of heuristics.cc for the untuned first choice; tuning and
+  // TensorRT time every kernel anyway).
+  bool (*preferred)(const ConvProblem& p, const DeviceInfo& d) = nullptr;
+  // Its family's place in the registry (set by kernel_registry()): shape rules reorder within a family.
+  int family = 0;
 };
 
 // Helpers of the can_implement rules (rules_*.cc).
@@ -78,10 +82,15 @@ ConvProblem im2col_gemm_problem(const ConvProblem& p, int64_t images);
 // padded to kStemChannels; its rule (rules_direct.cc) bounds that patch by the same geometry.
 constexpr int kStemTileRows = 8, kStemTileCols = 16, kStemChannels = 4;
 
-// Kernels for `target` that can run `p` (on a device of compute capability `sm`, or any device
-// when sm is 0), best first: those `preferred` for p, then the rest, each in registry order. When none, `why` says why (an invalid problem, an unknown target, or each
-// candidate's reason).
+// Kernels for `target` that can run `p` on device `d` (compute capability d.sm, or any when 0), best
+// first: registry order, reordered within each family by the shape rules (heuristics.h). When none,
+// `why` says why (an invalid problem, an unknown target, or each candidate's reason).
 std::vector<const KernelDescriptor*> find_kernels(const std::string& target, const ConvProblem& p,
-                                                  std::string* why, int sm = 0);
+                                                  std::string* why, const DeviceInfo& d);
+// The same on a device of compute capability `sm` (0: any) whose SM count is not known.
+inline std::vector<const KernelDescriptor*> find_kernels(const std::string& target, const ConvProblem& p,
+                                                         std::string* why, int sm = 0) {
+  return find_kernels(target, p, why, DeviceInfo{sm, 0});
+}
 
 }  // namespace epifuse

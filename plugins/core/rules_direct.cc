@@ -84,13 +84,10 @@ bool stem_can_implement(const ConvProblem& p, std::string* why) {
 // One thread per output element: no alignment or group constraints; the fallback for all.
 bool direct_can_implement(const ConvProblem& p, std::string* why) { return float_dtype(p, why); }
 
-// Preferred wherever it runs, so the SM90 kernels' preferred rules do not move ahead of it.
-bool always(const ConvProblem&) { return true; }
-
 }  // namespace
 
 std::vector<KernelDescriptor> gemv_kernel_rules() {
-  return {{"cuda_gemv_1x1", cuda_targets(), gemv_can_implement, kMinSm, kMaxSm, always}};
+  return {{"cuda_gemv_1x1", cuda_targets(), gemv_can_implement, kMinSm, kMaxSm}};
 }
 
 std::vector<KernelDescriptor> stem_kernel_rules() {

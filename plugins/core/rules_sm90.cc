@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <limits>
 
+#include "heuristics.h"
 #include "registry.h"
 
 namespace epifuse {
@@ -118,63 +119,6 @@ bool conv_rule(const ConvProblem& p, std::string* why) {
   return (kAnyActivation || identity_or(p, kAct, why)) && conv_can_implement<kTileN>(p, kDType, why);
 }
 
-// The untuned order, from the H200 anchor and model-layer tables (docs/bench-kernels.md; fp16). For
-// convs the 1x1 GEMMs do not take (3x3s, strided 1x1s): the persistent ping-pong 128x64 conv (first in
-// the registry's conv list), on every anchor 3x3 within 6% of the best kernel and mostly the best
-// (r50.s1.3x3 24.6 µs vs 31.9 two-CTA, y8s.160.3x3 44.4 vs 65.9), except C, K <= 32, where the 32-deep
-// k-step kernels go first, and where 128x64 tiles fill less than 0.7 of a wave (batch 1): the 64-row
-// tiles, when the node's activation is in their epilogue. For 1x1s the GEMMs keep the problem while the
-// 128x128 tiles fill 0.7 of a wave; below, the 64-row or the one-CTA conv. Unknown M (symbolic batch):
-// the registry order.
-constexpr int64_t kSms = 132;  // H200 (sm_90a code runs only on H100/H200: 114-132 SMs)
-constexpr int64_t kWaveTiles = kSms * 7 / 10;
-
-bool gemm_problem(const ConvProblem& p) {
-  const ConvAttributes& a = p.attr;
-  return p.R == 1 && p.S == 1 && a.stride_h == 1 && a.stride_w == 1 && !a.pad_top && !a.pad_left &&
-         !a.pad_bottom && !a.pad_right;
-}
-// Output tiles of `pixel_tile` pixels (M = N*P*Q) x `tile_n` channels, in either GEMM orientation;
-// -1 when unknown.
-int64_t tiles(const ConvProblem& p, int64_t tile_n, int64_t pixel_tile = 128) {
-  const int64_t P = p.P(), Q = p.Q();
-  if (!known(p.N) || !known(P) || !known(Q) || !known(p.K)) return -1;
-  return (saturating_product({p.N, P, Q}) + pixel_tile - 1) / pixel_tile * ((p.K + tile_n - 1) / tile_n);
-}
-// C <= 32 and K <= 32: the other convs' 64-deep k-step is half zero fill and their 64-wide N tile half
-// empty (YOLOv8s 160x160 32->32 3x3: 125 us vs 224 at batch 32, 6.4 vs 11.7 at batch 1). With K = 64
-// the two-CTA 128x64 kept the lead (320x320 32->64 3x3s2 at batch 32: 230 vs 258 us; tied at batch 1).
-bool narrow_input(const ConvProblem& p) { return known(p.C) && known(p.K) && p.C <= 32 && p.K <= 32; }
-bool prefer_conv_128x32(const ConvProblem& p) { return !gemm_problem(p) && narrow_input(p); }
-// 64-row tiles while 128x64 tiles fill less than 0.7 of a wave (batch 1: ResNet-50's layers from 56x56
-// on, 14-50 tiles: 24 of its 28 problems, 3x3 56x56x64 4.4 µs vs 5.7 on 128x32), except C, K <= 32.
-bool prefer_conv_64x64(const ConvProblem& p) {
-  const int64_t t = tiles(p, 64);
-  return !narrow_input(p) && t >= 0 && t < kWaveTiles;
-}
-// 256x128 GEMM tiles where they fill a wave (r50.s1.1x1up 27.8 µs vs 32.4 on 128x128, r50.s4.1x1up's
-// 112 tiles 11.8 vs 12.9); r50.s3.1x1dn with 50 lost (15.8 vs 9.9).
-bool prefer_gemm_256x128(const ConvProblem& p) { return gemm_problem(p) && tiles(p, 128, 256) >= kWaveTiles; }
-// 128-channel x 96-pixel tiles (the channels-as-rows GEMM) where they make one nearly full wave, fuller
-// than the 128-pixel tiles' single partial one: r50.s3.1x1dn's 6272 pixels x 256 channels are 132 such
-// tiles, 7.9 µs vs 9.4 on 98 tiles of 128x128; on r50.s1.1x1up (2092 tiles) they lost, 31.4 vs 24.0.
-bool prefer_gemm_96px(const ConvProblem& p) {
-  const int64_t t96 = tiles(p, 128, 96);
-  return gemm_problem(p) && t96 >= kWaveTiles && t96 <= kSms && tiles(p, 128) < t96;
-}
-// 128-channel x 224-pixel tiles where they make one wave of at least 0.7 (cuBLAS's tiling for
-// r50.s4.1x1up, 1568 pixels x 2048 channels = 112 tiles: 9.5 µs vs 10.4-10.8 on 128x128 / 256x128).
-// Listed before the 256x128 GEMM, whose rule also takes that layer. No problem meets both this and
-// the 96-pixel rule (224-pixel tiles are fewer than 0.43 of the 96-pixel ones).
-bool prefer_gemm_224px(const ConvProblem& p) {
-  const int64_t t224 = tiles(p, 128, 224);
-  return gemm_problem(p) && t224 >= kWaveTiles && t224 <= kSms;
-}
-bool prefer_conv_1cta(const ConvProblem& p) {
-  const int64_t wide = tiles(p, 128);  // -1 when M is unknown
-  return gemm_problem(p) && wide >= 0 && wide < kWaveTiles;
-}
-
 }  // namespace
 
 // Best first (H200, fp16 anchors, CUDA-graph timing): the persistent 1x1 GEMMs for the problems they
@@ -184,8 +128,9 @@ bool prefer_conv_1cta(const ConvProblem& p) {
 // tuning), then the implicit-GEMM convs: the persistent ping-pong ones
 // (conv_pingpong_kernel.hpp: 128x64, 128x128 wins some K >= 256 layers, 128x32 for C, K <= 32), then
 // CUTLASS's non-persistent kernel as 128x64 with two CTAs per SM, one CTA (wins some batch-1 layers
-// by a few %), 128x128, and 128x32. Tuning picks per problem; without it the `preferred` rules above
-// reorder the convs by problem size. The list itself is kernels.def, whose order this keeps.
+// by a few %), 128x128, and 128x32. Tuning picks per problem; without it the shape rules of
+// heuristics.cc (kernels.def's `prefer` column) reorder them by problem size and the device's SM count.
+// The list itself is kernels.def, whose order this keeps.
 
 // kernels.def's columns as rule parameters.
 #define EPIFUSE_SM90_ACTS_ANY true, ActivationKind::kIdentity

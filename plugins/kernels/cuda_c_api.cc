@@ -26,10 +26,11 @@ Status current_sm(int* sm) {
 
 // Registry kernels for the problem on this device that this build contains.
 Status runnable(const char* target, const ConvProblem& p, std::vector<const epifuse::KernelDescriptor*>* out) {
-  int sm = 0;
+  int sm = 0, device = 0, sm_count = 0;
   EPIFUSE_RETURN_IF_ERROR(current_sm(&sm));
+  if (!epifuse::cuda::current_device_sms(&device, &sm_count)) sm_count = 0;  // the heuristics' default
   std::string why;
-  for (const auto* k : epifuse::find_kernels(target, p, &why, sm))
+  for (const auto* k : epifuse::find_kernels(target, p, &why, epifuse::DeviceInfo{sm, sm_count}))
     if (epifuse::cuda::find_impl(k->name)) out->push_back(k);
   if (out->empty())
     return Status::Error(why.empty() ? "no kernel in this build runs the problem on sm_" + std::to_string(sm) : why);

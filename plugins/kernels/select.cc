@@ -16,6 +16,7 @@ namespace {
 
 struct Device {
   int sm = 0;
+  int sm_count = 0;
   std::string name;
 };
 
@@ -26,6 +27,7 @@ Status current_device(Device* d) {
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, id);
   if (e != cudaSuccess) return Status::Error(std::string("no CUDA device: ") + cudaGetErrorString(e));
   d->sm = prop.major * 10 + prop.minor;
+  d->sm_count = prop.multiProcessorCount;
   d->name = prop.name;
   return Status::Ok();
 }
@@ -82,7 +84,7 @@ class TuningCache {
 
 Status candidates(const char* target, const ConvProblem& p, const Device& d, std::vector<const KernelImpl*>* out) {
   std::string why;
-  for (const auto* k : find_kernels(target, p, &why, d.sm))
+  for (const auto* k : find_kernels(target, p, &why, DeviceInfo{d.sm, d.sm_count}))
     if (const KernelImpl* impl = find_impl(k->name)) out->push_back(impl);
   if (out->empty()) return Status::Error(why.empty() ? "no kernel in this build runs the problem" : why);
   return Status::Ok();
