@@ -20,13 +20,11 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from optimizer import cuda  # noqa: E402
-from optimizer.registry import ConvDesc  # noqa: E402
+from optimizer import cuda
+from optimizer.registry import ConvDesc
 
 PEAK_FLOPS, PEAK_BYTES = 790e12, 4.3e12
 # name, N, H, W, C, K, R, S, stride, pad, groups  (shared/docs/anchors.md, plus YOLO/ResNet extras)

@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections import Counter
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import onnx
+import torch
+import torch.nn.functional as F
+from kernels import graph_time, time_kernels
 
-import onnx  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from kernels import graph_time, time_kernels  # noqa: E402
-from optimizer.pipeline import _registry_query, optimize_model  # noqa: E402
-from optimizer.registry import FLOAT16, ConvDesc  # noqa: E402
+from optimizer.pipeline import _registry_query, optimize_model
+from optimizer.registry import FLOAT16, ConvDesc
 
 TORCH_ACTIVATIONS = {
     "identity": lambda v: v, "relu": F.relu, "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,

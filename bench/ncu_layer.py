@@ -18,16 +18,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from optimizer import cuda  # noqa: E402
-from optimizer.registry import FLOAT16, ConvDesc  # noqa: E402
+from optimizer import cuda
+from optimizer.registry import FLOAT16, ConvDesc
 
 
 def main() -> int:

@@ -45,12 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
-import onnx  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import onnx
+from rich.console import Console
+from rich.table import Table
 
 TIME_FACTOR = 2.0     # epifuse wall time <= 2x onnxslim's
 MEMORY_FACTOR = 3.0   # epifuse peak RSS <= 3x the model's size

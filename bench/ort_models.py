@@ -22,19 +22,15 @@ import argparse
 import math
 import os
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import onnx
+import torch
 
-import onnx  # noqa: E402
-import torch  # noqa: E402
-
-from optimizer.pipeline import FusionPolicy, optimize_model  # noqa: E402
-from optimizer.runtime import bind_torch, providers_for, session_options  # noqa: E402
+from optimizer.pipeline import FusionPolicy, optimize_model
+from optimizer.runtime import bind_torch, providers_for, session_options
 
 
 def timed(fn, reps=50, warm=10) -> float:
