@@ -4,8 +4,8 @@
 // plugins/kernels/depthwise_fused_conv.cu into itself, so configurations that the library does not
 // use can be timed beside those it does (add a TileConfig below). Build here, run on the GPU machine:
 //
-//   nvcc -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iplugins/core -Iplugins/kernels \
-//        bench/depthwise_tiles.cu plugins/core/conv_problem.cc -o build/depthwise_tiles && build/depthwise_tiles
+//   cmake -S plugins -B build -DEPIFUSE_CUDA=ON -DEPIFUSE_CUDA_ARCHS=90a -DEPIFUSE_BENCH=ON
+//   cmake --build build --target bench_depthwise_tiles && build/bench/bench_depthwise_tiles
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -4,11 +4,10 @@
 // into itself, so configurations the library does not ship can be timed beside those it does (add
 // a line to kVariants). Build here (several minutes: one CUTLASS kernel each), run on the GPU machine:
 //
-//   nvcc -O3 -DNDEBUG -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
-//        -I$CUTLASS/include -I$CUTLASS/tools/util/include -Iplugins/core -Iplugins/kernels -Iplugins/kernels/sm90 \
-//        bench/gemm1x1_variants.cu plugins/core/conv_problem.cc -o build/gemm1x1_variants && build/gemm1x1_variants
+//   cmake -S plugins -B build -DEPIFUSE_CUDA=ON -DEPIFUSE_CUDA_ARCHS=90a -DEPIFUSE_BENCH=ON
+//   cmake --build build --target bench_gemm1x1_variants && build/bench/bench_gemm1x1_variants
 //
-// `build/gemm1x1_variants VARIANT SHAPE` runs only the variants and shapes whose names contain those
+// `build/bench/bench_gemm1x1_variants VARIANT SHAPE` runs only the variants and shapes whose names contain those
 // strings ("" = all); under ncu, `--launch-skip 1 --launch-count 1` then profiles the first timed launch.
 #include <algorithm>
 #include <cmath>

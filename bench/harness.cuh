@@ -1,6 +1,6 @@
-// Shared by the standalone kernel harnesses (bench/*.cu), which compile a kernel's source into
-// themselves: the helpers those sources take from kernel_table.cu (not linked into a harness) and
-// the one way all of them time a kernel.
+// Shared by the kernel harnesses (bench/*.cu, built with -DEPIFUSE_BENCH=ON), which compile a
+// kernel's source into themselves and link launch_support.cu for the helpers the kernels use: the one
+// way all of them time a kernel.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -8,17 +8,6 @@
 #include <vector>
 
 #include "kernel_api.h"
-
-namespace epifuse::cuda {
-bool current_device_sms(int* device, int* sms) {
-  return cudaGetDevice(device) == cudaSuccess &&
-         cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *device) == cudaSuccess;
-}
-bool programmatic_launch_enabled() { return false; }
-Status check_launch(const char*, cudaError_t e) {
-  return e == cudaSuccess ? Status::Ok() : Status::Error(cudaGetErrorString(e));
-}
-}  // namespace epifuse::cuda
 
 namespace epifuse::bench {
 // µs per call: the median over 15 replays (after one warm-up replay) of a CUDA graph holding 20 calls

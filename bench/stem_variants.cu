@@ -4,9 +4,8 @@
 // variants the library does not use (another kBlockN, ...) can be timed beside the one it does. Build
 // here, run on the GPU machine (also under ncu: --kernel-name regex:stem_fused_conv):
 //
-//   nvcc -O3 -DNDEBUG -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
-//        -I$CUTLASS/include -Iplugins/core -Iplugins/kernels \
-//        bench/stem_variants.cu plugins/core/conv_problem.cc -o build/stem_variants && build/stem_variants
+//   cmake -S plugins -B build -DEPIFUSE_CUDA=ON -DEPIFUSE_CUDA_ARCHS=90a -DEPIFUSE_BENCH=ON
+//   cmake --build build --target bench_stem_variants && build/bench/bench_stem_variants
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
