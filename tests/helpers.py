@@ -55,20 +55,29 @@ def gs_graph(model: onnx.ModelProto) -> gs.Graph:
     return gs.import_onnx(onnx.shape_inference.infer_shapes(model))
 
 
-SM90_MANIFEST = Path(__file__).resolve().parents[1] / "plugins" / "kernels" / "sm90" / "kernels.def"
-_SM90_COLUMNS = {"GEMM": ("name", "tu", "tile_m", "tile_n", "tile_k", "schedule", "scheduler", "acts", "residual",
-                          "epilogue_tile", "store_stages", "rows", "prefer"),
-                 "CONV": ("name", "tu", "tile_m", "tile_n", "tile_k", "cluster_m", "schedule", "acts", "prefer")}
+KERNELS_DIR = Path(__file__).resolve().parents[1] / "plugins" / "kernels"
+_MANIFEST_COLUMNS = {
+    "SM90_GEMM": ("name", "tu", "tile_m", "tile_n", "tile_k", "schedule", "scheduler", "acts", "residual",
+                  "epilogue_tile", "store_stages", "rows", "prefer"),
+    "SM90_CONV": ("name", "tu", "tile_m", "tile_n", "tile_k", "cluster_m", "schedule", "acts", "prefer"),
+    "SM80_CONV": ("name", "kind", "dtypes", "tile_m", "tile_n", "tile_k", "warp_m", "warp_n", "warp_k", "stages"),
+}
+
+
+def kernel_manifest(family: str) -> list[dict]:
+    """The lines of plugins/kernels/<family>/kernels.def as dicts: "macro" (SM90_GEMM, ...) and the
+    columns the file's header names."""
+    entries = []
+    for line in (KERNELS_DIR / family / "kernels.def").read_text().splitlines():
+        m = re.fullmatch(r"(SM\d+_[A-Z]+)\((.*)\)\s*", line)
+        if m:
+            values = [v.strip() for v in m.group(2).split(",")]
+            columns = _MANIFEST_COLUMNS[m.group(1)]
+            assert len(values) == len(columns), f"{family}/kernels.def: {len(values)} columns in {line!r}"
+            entries.append({"macro": m.group(1), **dict(zip(columns, values))})
+    return entries
 
 
 def sm90_manifest() -> list[dict]:
-    """The lines of plugins/kernels/sm90/kernels.def as dicts (kind, and the columns its header names)."""
-    entries = []
-    for line in SM90_MANIFEST.read_text().splitlines():
-        m = re.fullmatch(r"SM90_(GEMM|CONV)\((.*)\)\s*", line)
-        if m:
-            values = [v.strip() for v in m.group(2).split(",")]
-            columns = _SM90_COLUMNS[m.group(1)]
-            assert len(values) == len(columns), f"kernels.def: {len(values)} columns in {line!r}"
-            entries.append({"kind": m.group(1), **dict(zip(columns, values))})
-    return entries
+    """plugins/kernels/sm90/kernels.def, each line with its "kind" (GEMM or CONV)."""
+    return [{**e, "kind": e["macro"].split("_")[1]} for e in kernel_manifest("sm90")]

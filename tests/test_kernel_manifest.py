@@ -1,7 +1,8 @@
 """The kernel manifest against what the libraries contain.
 
-On the CPU (libepifuse_core): every line of plugins/kernels/sm90/kernels.def is a registry rule in
-f16 and bf16, in the manifest's order, and the registry has no SM90 kernel the manifest lacks.
+On the CPU (libepifuse_core): every line of plugins/kernels/sm90/kernels.def and sm80/kernels.def is
+a registry rule in each of its dtypes, in the manifest's order, and the registry has no kernel of
+those families that the manifests lack.
 With a CUDA build at hand (EPIFUSE_LIB_DIR or the installed wheel; no GPU needed, CI runs it on its
 compile check): every registered CUDA kernel has an implementation in the build (for the 16-bit types
 the build was made for, EPIFUSE_CUDA_DTYPES) and every implementation is registered.
@@ -14,7 +15,7 @@ import pytest
 
 from optimizer import registry
 from optimizer.libraries import CUDA_LIBRARY, LibraryNotFound, library_path
-from tests.helpers import sm90_manifest
+from tests.helpers import kernel_manifest, sm90_manifest
 
 DTYPES = ("f16", "bf16")
 
@@ -27,6 +28,14 @@ def test_manifest_lines_are_the_registry_sm90_kernels_in_order():
     assert not any(n.startswith("sm90_") for n in registry.registered_kernels("ort-cpu"))
 
 
+def test_sm80_manifest_lines_are_the_registry_sm80_kernels_in_order():
+    twins = {"F16_BF16": ("f16", "bf16"), "F32_3XTF32": ("f32",)}
+    manifest = [f"sm80_{dtype}_{e['name']}" for e in kernel_manifest("sm80") for dtype in twins[e["dtypes"]]]
+    assert len(manifest) > 10
+    for target in ("ort-cuda", "tensorrt"):
+        assert [n for n in registry.registered_kernels(target) if n.startswith("sm80_")] == manifest, target
+
+
 def test_manifest_names_are_unique_and_columns_known():
     entries = sm90_manifest()
     names = [e["name"] for e in entries]
@@ -35,6 +44,9 @@ def test_manifest_names_are_unique_and_columns_known():
         assert e["acts"] in ("ANY", "RELU", "SILU") and e["tu"] in ("PLAIN", "EXTENDED_MMA", "NO_PDL"), e
         assert e.get("residual", "RESIDUAL") in ("RESIDUAL", "NO_RESIDUAL"), e
         assert re.fullmatch(r"nullptr|prefer_\w+", e["prefer"]), e
+    sm80 = kernel_manifest("sm80")
+    assert len({e["name"] for e in sm80}) == len(sm80)
+    assert all(e["kind"] in ("ALIGNED", "FIXED8", "FEWCH", "UNALIGNED", "SPLITK") for e in sm80), sm80
 
 
 def test_registered_kernels_rejects_an_unknown_target():

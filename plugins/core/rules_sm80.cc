@@ -38,27 +38,22 @@ struct Config {
   int align;   // kAligned: the channel alignment of C and K (128-bit accesses)
 };
 
-// Same order and names as plugins/kernels/sm80/*.cu (KernelImpl names).
+// kernels.def's lines, in its order: a 16-bit line as its f16 and bf16 twins (128-bit accesses: 8
+// elements), an fp32 line as itself (4 elements).
+#define EPIFUSE_SM80_KIND_ALIGNED Kind::kAligned
+#define EPIFUSE_SM80_KIND_FIXED8 Kind::kFixed8
+#define EPIFUSE_SM80_KIND_FEWCH Kind::kFewChannels
+#define EPIFUSE_SM80_KIND_UNALIGNED Kind::kUnaligned
+#define EPIFUSE_SM80_KIND_SPLITK Kind::kSplitK
+#define EPIFUSE_SM80_CONFIGS_F16_BF16(name, kind, tile_n) \
+  {"sm80_f16_" #name, DType::kFloat16, kind, tile_n, 8}, {"sm80_bf16_" #name, DType::kBFloat16, kind, tile_n, 8},
+#define EPIFUSE_SM80_CONFIGS_F32_3XTF32(name, kind, tile_n) {"sm80_f32_" #name, DType::kFloat, kind, tile_n, 4},
+#define SM80_CONV(name, kind, dtypes, tile_m, tile_n, tile_k, warp_m, warp_n, warp_k, stages) \
+  EPIFUSE_SM80_CONFIGS_##dtypes(name, EPIFUSE_SM80_KIND_##kind, tile_n)
 constexpr Config kConfigs[] = {
-    {"sm80_f16_fixed8_128x64x32_3st", DType::kFloat16, Kind::kFixed8, 64, 8},
-    {"sm80_bf16_fixed8_128x64x32_3st", DType::kBFloat16, Kind::kFixed8, 64, 8},
-    // first-fit order from the H200 kernel table (sm80 code): 64x64 won 7 of 8 aligned layers
-    {"sm80_f16_64x64x64_4st", DType::kFloat16, Kind::kAligned, 64, 8},
-    {"sm80_bf16_64x64x64_4st", DType::kBFloat16, Kind::kAligned, 64, 8},
-    {"sm80_f16_128x64x64_4st", DType::kFloat16, Kind::kAligned, 64, 8},
-    {"sm80_bf16_128x64x64_4st", DType::kBFloat16, Kind::kAligned, 64, 8},
-    {"sm80_f16_128x128x64_3st", DType::kFloat16, Kind::kAligned, 128, 8},
-    {"sm80_bf16_128x128x64_3st", DType::kBFloat16, Kind::kAligned, 128, 8},
-    // last among the aligned tiles: it pays a reduction pass, and wins only where few output tiles
-    // leave SMs idle (batch 1), which tuning (timing) finds; the first-fit heuristic never picks it
-    {"sm80_f16_splitk_64x64x64_4st", DType::kFloat16, Kind::kSplitK, 64, 8},
-    {"sm80_bf16_splitk_64x64x64_4st", DType::kBFloat16, Kind::kSplitK, 64, 8},
-    {"sm80_f32_3xtf32_128x64x16_4st", DType::kFloat, Kind::kAligned, 64, 4},
-    {"sm80_f16_fewch_128x64x32_2st", DType::kFloat16, Kind::kFewChannels, 64, 8},
-    {"sm80_bf16_fewch_128x64x32_2st", DType::kBFloat16, Kind::kFewChannels, 64, 8},
-    {"sm80_f16_unaligned_64x64x32_2st", DType::kFloat16, Kind::kUnaligned, 64, 8},
-    {"sm80_bf16_unaligned_64x64x32_2st", DType::kBFloat16, Kind::kUnaligned, 64, 8},
+#include "../kernels/sm80/kernels.def"
 };
+#undef SM80_CONV
 constexpr int kAlign = 8;  // 128-bit accesses of 16-bit elements
 
 

@@ -1,30 +1,23 @@
-// The CUTLASS 2.x sm80 family compiled into this build, in the order of its rules
-// (plugins/core/rules_sm80.cc). Each factory lives in its own translation unit.
+// The CUTLASS 2.x sm80 family compiled into this build: every kernels.def line in its dtypes (the
+// 16-bit twins of EPIFUSE_CUDA_DTYPES), one generated translation unit each (sources.cmake).
 #include "kernel_api.h"
+
+#define EPIFUSE_SM80_DTYPES_F16_BF16(name, X) EPIFUSE_IF_F16(X(f16_##name)) EPIFUSE_IF_BF16(X(bf16_##name))
+#define EPIFUSE_SM80_DTYPES_F32_3XTF32(name, X) X(f32_##name)
+#define SM80_CONV(name, kind, dtypes, ...) EPIFUSE_SM80_DTYPES_##dtypes(name, EPIFUSE_SM80_EACH)
 
 namespace epifuse::cuda {
 namespace sm80 {
-#define EPIFUSE_SM80_CONFIGS(X) \
-  X(fixed8_128x64x32_3st)       \
-  X(64x64x64_4st)               \
-  X(128x64x64_4st)              \
-  X(128x128x64_3st)             \
-  X(fewch_128x64x32_2st)        \
-  X(unaligned_64x64x32_2st)     \
-  X(splitk_64x64x64_4st)
-#define EPIFUSE_SM80_DECLARE(cfg) EPIFUSE_IF_F16(KernelImpl f16_##cfg();) EPIFUSE_IF_BF16(KernelImpl bf16_##cfg();)
-EPIFUSE_SM80_CONFIGS(EPIFUSE_SM80_DECLARE)
-#undef EPIFUSE_SM80_DECLARE
-KernelImpl f32_3xtf32_128x64x16_4st();
+#define EPIFUSE_SM80_EACH(fn) KernelImpl fn();
+#include "kernels.def"
+#undef EPIFUSE_SM80_EACH
 }  // namespace sm80
 
 std::vector<KernelImpl> sm80_kernels() {
-  std::vector<KernelImpl> v;
-#define EPIFUSE_SM80_LIST(cfg) EPIFUSE_IF_F16(v.push_back(sm80::f16_##cfg());) EPIFUSE_IF_BF16(v.push_back(sm80::bf16_##cfg());)
-  EPIFUSE_SM80_CONFIGS(EPIFUSE_SM80_LIST)
-#undef EPIFUSE_SM80_LIST
-  v.push_back(sm80::f32_3xtf32_128x64x16_4st());
-  return v;
+  return {
+#define EPIFUSE_SM80_EACH(fn) sm80::fn(),
+#include "kernels.def"
+  };
 }
 
 }  // namespace epifuse::cuda
