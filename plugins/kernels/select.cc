@@ -90,21 +90,24 @@ Status candidates(const char* target, const ConvProblem& p, const Device& d, std
   return Status::Ok();
 }
 
-// A pair of CUDA events, destroyed on every return path.
+// A pair of CUDA events, destroyed on every return path. Any CUDA error makes a reading +inf (a
+// candidate that cannot be timed cannot win), with the error cleared: it is not the caller's.
 struct EventPair {
   cudaEvent_t start = nullptr, stop = nullptr;
-  EventPair() {
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-  }
+  bool ok = false;
+  EventPair() { ok = cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess; }
   ~EventPair() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    cudaGetLastError();
   }
+  bool record(cudaEvent_t e, cudaStream_t stream) { return ok && cudaEventRecord(e, stream) == cudaSuccess; }
   float elapsed_ms() {
-    float ms = 1e30f;
-    cudaEventSynchronize(stop);
-    cudaEventElapsedTime(&ms, start, stop);
+    float ms = 0;
+    if (!ok || cudaEventSynchronize(stop) != cudaSuccess || cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      cudaGetLastError();
+      return 1e30f;
+    }
     return ms;
   }
 };
@@ -148,9 +151,9 @@ float time_kernel(const KernelImpl& k, const ConvProblem& p, const Tensors& t, v
   EventPair events;
   float single = 1e30f;
   for (int i = 0; i < kWarmup; ++i) {
-    cudaEventRecord(events.start, stream);
-    if (!k.launch(p, t, ws, ws_bytes, stream).ok()) return 1e30f;
-    cudaEventRecord(events.stop, stream);
+    if (!events.record(events.start, stream) || !k.launch(p, t, ws, ws_bytes, stream).ok() ||
+        !events.record(events.stop, stream))
+      return 1e30f;
     single = events.elapsed_ms();
   }
   if (single > give_up_ms) return single;
@@ -158,14 +161,14 @@ float time_kernel(const KernelImpl& k, const ConvProblem& p, const Tensors& t, v
   CapturedLaunches graph(k, p, t, ws, ws_bytes, stream, per_sample);
   std::vector<float> ms;
   for (int i = 0; i < kSamples; ++i) {
-    cudaEventRecord(events.start, stream);
+    if (!events.record(events.start, stream)) return 1e30f;
     if (graph.exec) {
       if (cudaGraphLaunch(graph.exec, stream) != cudaSuccess) return 1e30f;
     } else {
       for (int j = 0; j < per_sample; ++j)
         if (!k.launch(p, t, ws, ws_bytes, stream).ok()) return 1e30f;
     }
-    cudaEventRecord(events.stop, stream);
+    if (!events.record(events.stop, stream)) return 1e30f;
     ms.push_back(events.elapsed_ms() / per_sample);
   }
   std::sort(ms.begin(), ms.end());
@@ -208,7 +211,10 @@ Status select_kernel(const char* target, const ConvProblem& p, const Tensors& t,
       return Status::Ok();
     }
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  cudaStreamIsCapturing(stream, &capturing);
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {  // unknown: do not time inside a capture
+    cudaGetLastError();
+    capturing = cudaStreamCaptureStatusActive;
+  }
   if (ks.size() == 1 || !tuning_enabled() || capturing != cudaStreamCaptureStatusNone) {
     *out = {ks.front(), "heuristic"};
     return Status::Ok();
@@ -226,7 +232,10 @@ Status select_kernel(const char* target, const ConvProblem& p, const Tensors& t,
                                  std::max(kHopeless * best_ms, kHopelessMs));
     if (ms < (best ? kTakeOver * best_ms : 1e30f)) best_ms = ms, best = k;
   }
-  if (!best) return Status::Error("tuning: no candidate kernel ran");
+  if (!best) {  // nothing could be timed: the heuristic's choice, whose launch reports its own error
+    *out = {ks.front(), "heuristic"};
+    return Status::Ok();
+  }
   TuningCache::instance().store(key, best->name);
   *out = {best, "tuned"};
   return Status::Ok();

@@ -64,7 +64,8 @@ struct FusedConvCudaKernel {
       EPIFUSE_RETURN_IF_ERROR(cuda::max_workspace("ort-cuda", p, &c.workspace_bytes));
       if (c.workspace_bytes > 0) {
         int device = 0;
-        cudaGetDevice(&device);
+        if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+          return Status::Error(std::string("workspace: no CUDA device: ") + cudaGetErrorString(e));
         const Ort::MemoryInfo cuda_memory("Cuda", OrtDeviceAllocator, device, OrtMemTypeDefault);
         c.allocator = ctx.GetAllocator(*static_cast<const OrtMemoryInfo*>(cuda_memory));
         c.workspace = c.allocator->Alloc(c.allocator, c.workspace_bytes);
