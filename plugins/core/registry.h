@@ -46,7 +46,7 @@ inline bool reject(std::string* why, std::string reason) {
 }
 
 // Every kernel in its default order; the heuristic choice is the first that can run a problem, after
-// find_kernels has moved the kernels `preferred` for it to the front.
+// find_kernels has let each family's shape rules (heuristics.h) reorder that family.
 const std::vector<KernelDescriptor>& kernel_registry();
 const std::vector<std::string>& known_targets();
 // The targets every CUDA kernel serves (ONNX Runtime's CUDA EP and TensorRT).
