@@ -37,6 +37,17 @@ Status runnable(const char* target, const ConvProblem& p, std::vector<const epif
   return Status::Ok();
 }
 
+// The items' names comma-separated into the caller's buffer; their count, or -1 with `err` set when it is too small.
+template <class Items, class NameOf>
+int32_t write_names(const Items& items, NameOf name_of, char* names, size_t names_len, char* err, size_t err_len) {
+  std::string list;
+  for (const auto& item : items) list += std::string(list.empty() ? "" : ",") + name_of(item);
+  if (list.size() + 1 > names_len) return -epifuse::report_error("names buffer too small", err, err_len);
+  list.copy(names, list.size());
+  names[list.size()] = '\0';
+  return static_cast<int32_t>(items.size());
+}
+
 }  // namespace
 
 extern "C" {
@@ -53,12 +64,8 @@ int32_t epifuse_cuda_kernels(const char* target, const epifuse_conv_desc* d, cha
       epifuse::report_error(s.message(), err, err_len);
       return 0;
     }
-    std::string list;
-    for (const auto* k : kernels) list += std::string(list.empty() ? "" : ",") + k->name;
-    if (list.size() + 1 > names_len) return -epifuse::report_error("names buffer too small", err, err_len);
-    list.copy(names, list.size());
-    names[list.size()] = '\0';
-    return static_cast<int32_t>(kernels.size());
+    return write_names(kernels, [](const epifuse::KernelDescriptor* k) { return k->name; }, names, names_len, err,
+                       err_len);
   } catch (const std::exception& e) {
     return -epifuse::report_error(e.what(), err, err_len);
   }
@@ -66,13 +73,8 @@ int32_t epifuse_cuda_kernels(const char* target, const epifuse_conv_desc* d, cha
 
 int32_t epifuse_cuda_compiled_kernels(char* names, size_t names_len, char* err, size_t err_len) {
   try {
-    const std::vector<const char*> compiled = epifuse::cuda::compiled_kernel_names();
-    std::string list;
-    for (const char* name : compiled) list += std::string(list.empty() ? "" : ",") + name;
-    if (list.size() + 1 > names_len) return -epifuse::report_error("names buffer too small", err, err_len);
-    list.copy(names, list.size());
-    names[list.size()] = '\0';
-    return static_cast<int32_t>(compiled.size());
+    return write_names(epifuse::cuda::compiled_kernel_names(), [](const char* name) { return name; }, names, names_len,
+                       err, err_len);
   } catch (const std::exception& e) {
     return -epifuse::report_error(e.what(), err, err_len);
   }
