@@ -17,8 +17,6 @@
 namespace epifuse {
 namespace {
 
-bool known(int64_t v) { return v >= 0; }
-
 // "A wave": as many tiles as the device has SMs; 0.7 of one counts as filled.
 int64_t wave_tiles(const DeviceInfo& d) { return d.sms() * 7 / 10; }
 

@@ -28,7 +28,9 @@ struct KernelDescriptor {
   int family = 0;
 };
 
-// Helpers of the can_implement rules (rules_*.cc).
+// Helpers of the can_implement rules (rules_*.cc) and the shape rules (heuristics.cc).
+// A dimension that is not symbolic (-1).
+inline bool known(int64_t v) { return v >= 0; }
 // The product of non-negative factors, saturated at INT64_MAX: size checks that cannot overflow.
 inline int64_t saturating_product(std::initializer_list<int64_t> factors) {
   int64_t r = 1;

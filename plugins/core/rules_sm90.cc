@@ -28,10 +28,6 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kTmaStrideLimit = int64_t(1) << 40;  // bytes
 constexpr int64_t kElementBytes = 2;                   // fp16 / bf16
 
-bool known(int64_t v) { return v >= 0; }
-
-
-
 // What every SM90 kernel needs: its dtype, group 1, 16-byte aligned C and K rows, int32 extents.
 bool common_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
   if (p.dtype != dtype)
