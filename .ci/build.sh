@@ -16,6 +16,8 @@ PY=${PYTHON:-python3}
 deps=$(bash "$src/plugins/scripts/fetch_deps.sh")
 args=(-DEPIFUSE_ORT_INCLUDE_DIR="$deps/usr/include/onnxruntime" -DEPIFUSE_EIGEN_INCLUDE_DIR="$deps/usr/include/eigen3")
 required=(libepifuse_core.so libepifuse_ort.so)
+# pyproject.toml brings oneDNN to the build on x86-64 Linux: a wheel without it there is a broken build
+[[ $(uname -m) == x86_64 && $(uname -s) == Linux ]] && args+=(-DEPIFUSE_ONEDNN=ON)
 if [[ -n ${EPIFUSE_CUDA_ARCHS:-} ]]; then
   cutlass=$(bash "$src/plugins/scripts/fetch_cutlass.sh")
   args+=(-DEPIFUSE_CUDA=ON -DEPIFUSE_CUDA_ARCHS="$EPIFUSE_CUDA_ARCHS" -DEPIFUSE_CUTLASS_DIR="$cutlass")

@@ -3,6 +3,8 @@ then a local CMake build in ``build/`` at the repository root. A leaf module: ev
 library (runtime, registry, cuda, tensorrt) asks here."""
 from __future__ import annotations
 
+import ctypes
+import functools
 import importlib.metadata
 import os
 from pathlib import Path
@@ -36,11 +38,33 @@ class LibraryNotFound(EpifuseError, FileNotFoundError):
     """A plugin library is missing: one line from the CLI (an EpifuseError), a FileNotFoundError to code."""
 
 
+@functools.cache
+def preload_onednn() -> Path | None:
+    """Loads the onednn-cpu-gomp wheel's libdnnl.so.3 into the process, so the plugin libraries that need
+    it resolve it by name wherever pip put it (their RUNPATH covers only the usual <prefix>/lib layout).
+    Returns its path, or None where the package is absent (a build without oneDNN needs none)."""
+    try:
+        files = importlib.metadata.distribution("onednn-cpu-gomp").files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name == "libdnnl.so.3":
+            path = Path(f.locate()).resolve()
+            try:
+                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                return None
+            return path
+    return None
+
+
 def library_path(name: str = ORT_LIBRARY) -> Path:
-    """Absolute path of an epifuse plugin library (``libepifuse_ort.so`` or ``libepifuse_core.so``)."""
+    """Absolute path of an epifuse plugin library (``libepifuse_ort.so`` or ``libepifuse_core.so``); oneDNN,
+    which they link, is loaded first."""
     candidates = _candidates(name)
     for path in candidates:
         if path.is_file():
+            preload_onednn()
             return path.resolve()
     searched = "; ".join(str(p) for p in candidates)
     raise LibraryNotFound(

@@ -114,8 +114,12 @@ def _lib() -> ctypes.CDLL:
     lib.epifuse_activation_info.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p),
                                             ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)]
     lib.epifuse_activation_info.restype = ctypes.c_int32
-    lib.epifuse_cpu_fused_conv.argtypes = [desc_p, *[ctypes.c_void_p] * 5, *err]
+    lib.epifuse_cpu_fused_conv.argtypes = [desc_p, ctypes.c_int32, *[ctypes.c_void_p] * 5, *err]
     lib.epifuse_cpu_fused_conv.restype = ctypes.c_int32
+    lib.epifuse_cpu_kernel_name.argtypes = [desc_p, *err]
+    lib.epifuse_cpu_kernel_name.restype = ctypes.c_int32
+    lib.epifuse_onednn_version.argtypes = []
+    lib.epifuse_onednn_version.restype = ctypes.c_char_p
     return lib
 
 
@@ -184,11 +188,30 @@ def _onnx_dtype(dtype: np.dtype) -> int:
     raise TypeError(f"unsupported dtype {dtype} (expected float32, float16 or bfloat16)")
 
 
+CPU_KERNELS = ("auto", "reference")
+
+
+def cpu_kernel_name(desc: ConvDesc) -> str:
+    """What the CPU kernel runs `desc` on: "onednn <oneDNN's implementation>" or "reference"."""
+    buf = ctypes.create_string_buffer(_ERR_LEN)
+    if _lib().epifuse_cpu_kernel_name(ctypes.byref(desc._to_c()), buf, _ERR_LEN) != 0:
+        raise ValueError(buf.value.decode())
+    return buf.value.decode()
+
+
+def onednn_version() -> str:
+    """The oneDNN version the library was built with ("" for a build without oneDNN)."""
+    return _lib().epifuse_onednn_version().decode()
+
+
 def cpu_fused_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, z: np.ndarray | None = None, *,
                    strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1), group=1,
-                   activation="identity", activation_params=(), residual="none") -> np.ndarray:
+                   activation="identity", activation_params=(), residual="none", kernel: str = "auto") -> np.ndarray:
     """Runs the library's CPU kernel: X [N,H,W,C], W [K,R,S,C/group], B [K], Z [N,P,Q,K] (all
-    of one dtype: float32, float16 or ml_dtypes.bfloat16) -> Y [N,P,Q,K]."""
+    of one dtype: float32, float16 or ml_dtypes.bfloat16) -> Y [N,P,Q,K]. `kernel`: "auto" as the ORT
+    library runs it (oneDNN where it has an optimized implementation), "reference" the reference kernel."""
+    if kernel not in CPU_KERNELS:
+        raise ValueError(f"kernel must be one of {CPU_KERNELS}, got {kernel!r}")
     dtype = _onnx_dtype(x.dtype)
     arrays = [np.ascontiguousarray(a) for a in (x, w, b)] + ([np.ascontiguousarray(z)] if z is not None else [])
     if any(a.dtype != x.dtype for a in arrays):
@@ -208,6 +231,7 @@ def cpu_fused_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, z: np.ndarray | 
     err = ctypes.create_string_buffer(_ERR_LEN)
     c = desc._to_c()
     ptrs = [a.ctypes.data for a in arrays[:3]] + [arrays[3].ctypes.data if z is not None else None]
-    if _lib().epifuse_cpu_fused_conv(ctypes.byref(c), *ptrs, y.ctypes.data, err, _ERR_LEN) != 0:
+    if _lib().epifuse_cpu_fused_conv(ctypes.byref(c), CPU_KERNELS.index(kernel), *ptrs, y.ctypes.data, err,
+                                     _ERR_LEN) != 0:
         raise ValueError(err.value.decode())
     return y

@@ -8,6 +8,7 @@
 #include "c_desc.h"
 #include "conv_problem.h"
 #include "cpu_fused_conv.h"
+#include "reference_fused_conv.h"
 #include "epifuse_c_api.h"
 #include "parallel.h"
 #include "registry.h"
@@ -121,16 +122,39 @@ int32_t epifuse_activation_info(int32_t index, const char** name, int32_t* n_par
   return 0;
 }
 
-int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, const void* x, const void* w, const void* b,
-                               const void* z, void* y, char* err, size_t err_len) {
+int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, int32_t kernel, const void* x, const void* w,
+                               const void* b, const void* z, void* y, char* err, size_t err_len) {
   try {
     epifuse::ConvProblem p;
     Status s = problem_from_desc(d, &p);
-    if (s.ok()) s = epifuse::cpu_fused_conv(p, x, w, b, z, y, epifuse::parallel_for_threads);
+    if (s.ok() && kernel == 1) {
+      s = epifuse::reference_fused_conv(p, x, w, b, z, y, epifuse::parallel_for_threads);
+    } else if (s.ok()) {
+      epifuse::CpuFusedConv cpu;
+      s = cpu.run(p, x, w, /*w_constant=*/false, b, z, y, epifuse::parallel_for_threads);
+    }
     return s.ok() ? 0 : report(s.message(), err, err_len);
   } catch (const std::exception& e) {
     return report(e.what(), err, err_len);
   }
+}
+
+int32_t epifuse_cpu_kernel_name(const epifuse_conv_desc* d, char* buf, size_t len) {
+  try {
+    epifuse::ConvProblem p;
+    Status s = problem_from_desc(d, &p);
+    if (!s.ok()) return report(s.message(), buf, len);
+    const std::string name = epifuse::CpuFusedConv().kernel_name(p);
+    report(name, buf, len);
+    return name.size() < len ? 0 : 1;
+  } catch (const std::exception& e) {
+    return report(e.what(), buf, len);
+  }
+}
+
+const char* epifuse_onednn_version(void) {
+  static const std::string version = epifuse::onednn_version();
+  return version.c_str();
 }
 
 }  // extern "C"

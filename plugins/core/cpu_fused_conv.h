@@ -1,15 +1,29 @@
-// CPU FusedConv: NHWC X, KRSC W, fp32/fp16/bf16 (16-bit types computed in fp32).
+// The CPU FusedConv every adapter runs: oneDNN where it has an optimized implementation for the
+// problem on this CPU, the reference kernel (reference_fused_conv.h) elsewhere.
+// EPIFUSE_CPU_KERNEL=reference in the environment runs the reference kernel everywhere.
 #pragma once
-#include "conv_problem.h"
-#include "parallel.h"
-#include "status.h"
+#include <string>
+
+#include "onednn_fused_conv.h"
+#include "reference_fused_conv.h"
 
 namespace epifuse {
 
-// Y = act(conv(X, W) + B [+ Z]) or act(conv(X, W) + B) + Z, per p.attr.residual. Every
-// dimension of `p` must be known. Tensors are in p.dtype (uint16_t storage for the 16-bit
-// types); `z` is null exactly when the residual mode is none.
-Status cpu_fused_conv(const ConvProblem& p, const void* x, const void* w, const void* b,
-                      const void* z, void* y, const ParallelFor& parallel_for);
+class CpuFusedConv {
+ public:
+  CpuFusedConv();  // reads EPIFUSE_CPU_KERNEL
+
+  // As reference_fused_conv. `w_constant`: the filters are the same data on every call (an
+  // initializer), so their reordered copy is kept.
+  Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+             const void* z, void* y, const ParallelFor& parallel_for);
+
+  // What runs `p`: "onednn <implementation>" or "reference".
+  std::string kernel_name(const ConvProblem& p);
+
+ private:
+  bool reference_only_;
+  OnednnConv onednn_;
+};
 
 }  // namespace epifuse

@@ -69,10 +69,18 @@ EPIFUSE_EXPORT int32_t epifuse_activation_info(int32_t index, const char** name,
                                                float* default_params);
 
 // Runs the CPU kernel on host buffers (NHWC X, KRSC W, B[K], optional Z (NULL), Y). Tensors are in
-// d->dtype (uint16_t storage for float16/bfloat16). Used by tests and benchmarks.
-EPIFUSE_EXPORT int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, const void* x,
+// d->dtype (uint16_t storage for float16/bfloat16). `kernel`: 0 as the ORT library runs it (oneDNN
+// where it has an optimized implementation, else the reference kernel), 1 the reference kernel.
+// Used by tests and benchmarks.
+EPIFUSE_EXPORT int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, int32_t kernel, const void* x,
                                               const void* w, const void* b, const void* z, void* y,
                                               char* err, size_t err_len);
+
+// What the CPU kernel runs `d` on (every dimension known), NUL-terminated into buf: "onednn <its
+// implementation>" or "reference"; and the oneDNN version built in ("" without oneDNN). Returns
+// non-zero when buf is too small.
+EPIFUSE_EXPORT int32_t epifuse_cpu_kernel_name(const epifuse_conv_desc* d, char* buf, size_t len);
+EPIFUSE_EXPORT const char* epifuse_onednn_version(void);
 
 #ifdef __cplusplus
 }

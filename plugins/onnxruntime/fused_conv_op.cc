@@ -18,7 +18,15 @@ namespace {
 
 template <class T>
 struct FusedConvCpuKernel {
-  FusedConvCpuKernel(const OrtApi*, const OrtKernelInfo* info) : node_(info) {}
+  FusedConvCpuKernel(const OrtApi*, const OrtKernelInfo* info) : node_(info) {
+    int constant = 0;
+    try {
+      Ort::ConstKernelInfo(info).GetTensorConstantInput(1, &constant);
+    } catch (const Ort::Exception&) {
+      constant = 0;  // unknown: the filters are reordered on every call
+    }
+    w_constant_ = constant != 0;
+  }
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B,
                       std::optional<const Tensor<T>*> Z, Tensor<T>& Y) {
@@ -33,8 +41,8 @@ struct FusedConvCpuKernel {
           ctx.ParallelFor([](void* fn, size_t i) { (*static_cast<const std::function<void(int64_t)>*>(fn))(i); },
                           static_cast<size_t>(n), 0, const_cast<std::function<void(int64_t)>*>(&body));
         };
-        s = epifuse::cpu_fused_conv(p, X.DataRaw(), W.DataRaw(), B.DataRaw(), z ? z->DataRaw() : nullptr,
-                                    y, on_ort_threads);
+        s = cpu_.run(p, X.DataRaw(), W.DataRaw(), w_constant_, B.DataRaw(), z ? z->DataRaw() : nullptr, y,
+                     on_ort_threads);
       }
       if (!s.ok()) return node_.error(s.message());
     } catch (const std::exception& e) {
@@ -45,6 +53,8 @@ struct FusedConvCpuKernel {
 
  private:
   NodeAttributes<T> node_;
+  bool w_constant_ = false;  // W is an initializer: its reordered copy is made once
+  epifuse::CpuFusedConv cpu_;
 };
 
 }  // namespace

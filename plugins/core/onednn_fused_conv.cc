@@ -1,0 +1,398 @@
+// FusedConv on oneDNN. Parallelism: the output is cut into chunks of whole images or of output
+// rows, each chunk one single-threaded primitive execution, and the chunks run on the caller's
+// ParallelFor (ORT's intra-op pool in the ORT adapter). oneDNN's own OpenMP team would otherwise
+// compete with ORT's pool threads, which spin between the model's other ops: on a small machine
+// the two pools steal cores from each other. A chunk of rows is a dense NHWC view of the tensors
+// (the image's rows h0..h1 are contiguous), with its own top/bottom padding.
+#include "onednn_fused_conv.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#if EPIFUSE_HAVE_ONEDNN
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+#include "float_types.h"
+
+namespace epifuse {
+
+#if EPIFUSE_HAVE_ONEDNN
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using DataType = memory::data_type;
+
+// Below this many multiply-adds a chunked launch costs more than it saves.
+constexpr int64_t kMinMacsToSplit = 1 << 18;
+// How many of oneDNN's implementations for a problem are timed before the first run.
+constexpr size_t kTimedImplementations = 3;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// oneDNN's OpenMP runtime sizes its work split from the calling thread's omp_get_max_threads(),
+// when a primitive is created and when it runs: one thread, since the chunks are the parallelism.
+void single_threaded() {
+  thread_local const bool set = (omp_set_num_threads(1), true);
+  (void)set;
+}
+
+DataType data_type(DType t) {
+  switch (t) {
+    case DType::kFloat: return DataType::f32;
+    case DType::kFloat16: return DataType::f16;
+    case DType::kBFloat16: return DataType::bf16;
+  }
+  return DataType::undef;
+}
+
+size_t element_size(DType t) { return t == DType::kFloat ? 4 : 2; }
+
+// The contract's activations as oneDNN eltwise post-ops (dnnl_types.h documents each formula).
+// Returns false for the identity, which needs none.
+bool eltwise_for(const Activation& a, dnnl::algorithm* alg, float* alpha, float* beta) {
+  using dnnl::algorithm;
+  *alpha = 0.f;
+  *beta = 0.f;
+  const float p0 = a.params[0], p1 = a.params[1];
+  switch (a.kind) {
+    case ActivationKind::kIdentity: return false;
+    case ActivationKind::kRelu: *alg = algorithm::eltwise_relu; return true;
+    case ActivationKind::kLeakyRelu: *alg = algorithm::eltwise_relu, *alpha = p0; return true;
+    case ActivationKind::kClip: *alg = algorithm::eltwise_clip, *alpha = p0, *beta = p1; return true;
+    case ActivationKind::kSigmoid: *alg = algorithm::eltwise_logistic; return true;
+    case ActivationKind::kTanh: *alg = algorithm::eltwise_tanh; return true;
+    case ActivationKind::kSilu: *alg = algorithm::eltwise_swish, *alpha = 1.f; return true;
+    case ActivationKind::kHardSigmoid: *alg = algorithm::eltwise_hardsigmoid, *alpha = p0, *beta = p1; return true;
+    case ActivationKind::kHardSwish: *alg = algorithm::eltwise_hardswish, *alpha = 1.f / 6.f, *beta = 0.5f; return true;
+    case ActivationKind::kGelu: *alg = algorithm::eltwise_gelu_erf; return true;
+    case ActivationKind::kGeluTanh: *alg = algorithm::eltwise_gelu_tanh; return true;
+    case ActivationKind::kMish: *alg = algorithm::eltwise_mish; return true;
+    case ActivationKind::kElu: *alg = algorithm::eltwise_elu, *alpha = p0; return true;
+    case ActivationKind::kSoftplus: *alg = algorithm::eltwise_soft_relu, *alpha = 1.f; return true;
+  }
+  return false;
+}
+
+// Images [n0, n0 + nc), output rows [p0, p0 + pc) of each; input rows [h0, h0 + hc) with the
+// padding this piece sees above and below them.
+struct Chunk {
+  int64_t n0, nc, p0, pc, h0, hc, pad_top, pad_bottom;
+};
+
+Chunk rows_chunk(const ConvProblem& p, int64_t n0, int64_t nc, int64_t p0, int64_t pc) {
+  const int64_t extent = (p.R - 1) * p.attr.dil_h + 1;
+  const int64_t first = p0 * p.attr.stride_h - p.attr.pad_top;            // first input row read
+  const int64_t end = (p0 + pc - 1) * p.attr.stride_h - p.attr.pad_top + extent;  // one past the last
+  const int64_t h0 = std::max<int64_t>(first, 0), h1 = std::min(end, p.H);
+  return {n0, nc, p0, pc, h0, h1 - h0, h0 - first, end - h1};
+}
+
+std::vector<Chunk> plan(const ConvProblem& p, int64_t threads) {
+  const int64_t P = p.P();
+  const int64_t macs = p.N * P * p.Q() * p.K * p.R * p.S * (p.C / p.attr.group);
+  const bool split = threads > 1 && macs >= kMinMacsToSplit;
+  std::vector<Chunk> chunks;
+  if (split && p.N < threads) {  // fewer images than threads: each image cut into row pieces
+    const int64_t pieces = std::min(P, (threads + p.N - 1) / p.N);
+    const int64_t rows = (P + pieces - 1) / pieces;
+    for (int64_t n = 0; n < p.N; ++n)
+      for (int64_t p0 = 0; p0 < P; p0 += rows) chunks.push_back(rows_chunk(p, n, 1, p0, std::min(rows, P - p0)));
+  } else {
+    // Several images make one dense view only when each is read whole: a strided conv whose last
+    // input rows are never read takes its images one at a time.
+    const bool whole_images = rows_chunk(p, 0, 1, 0, P).hc == p.H;
+    const int64_t groups = std::min(p.N, whole_images ? (split ? threads : 1) : p.N);
+    for (int64_t t = 0, n0 = 0; t < groups; ++t) {  // images, as evenly as they divide
+      const int64_t nc = p.N / groups + (t < p.N % groups ? 1 : 0);
+      chunks.push_back(rows_chunk(p, n0, nc, 0, P));
+      n0 += nc;
+    }
+  }
+  for (const Chunk& c : chunks)  // a piece wholly inside huge padding: images whole, one at a time
+    if (c.hc <= 0) {
+      chunks.clear();
+      for (int64_t n = 0; n < p.N; ++n) chunks.push_back(rows_chunk(p, n, 1, 0, P));
+      break;
+    }
+  return chunks;
+}
+
+memory::desc nhwc(int64_t n, int64_t c, int64_t h, int64_t w, DataType t) {
+  return memory::desc({n, c, h, w}, t, Tag::nhwc);
+}
+
+// The filters as the model stores them: KRSC, i.e. ohwi (gohwi with groups).
+memory::desc krsc(const ConvProblem& p, DataType t) {
+  const int64_t g = p.attr.group;
+  if (g == 1) return memory::desc({p.K, p.C, p.R, p.S}, t, Tag::ohwi);
+  return memory::desc({g, p.K / g, p.C / g, p.R, p.S}, t, Tag::gohwi);
+}
+
+memory::desc any_weights(const ConvProblem& p, DataType t) {
+  const int64_t g = p.attr.group;
+  if (g == 1) return memory::desc({p.K, p.C, p.R, p.S}, t, Tag::any);
+  return memory::desc({g, p.K / g, p.C / g, p.R, p.S}, t, Tag::any);
+}
+
+struct Primitive {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward conv;
+  memory::desc src, dst;
+  std::string impl;
+};
+
+// Everything that shapes a chunk's primitive.
+std::vector<int64_t> primitive_key(const ConvProblem& p, const Chunk& c) {
+  const ConvAttributes& a = p.attr;
+  int32_t bits[2];
+  std::memcpy(bits, a.activation.params, sizeof bits);
+  return {static_cast<int64_t>(p.dtype), c.nc, c.hc, p.W, p.C, p.K, p.R, p.S, c.pc,
+          a.stride_h, a.stride_w, a.dil_h, a.dil_w, c.pad_top, c.pad_bottom, a.pad_left, a.pad_right,
+          a.group, static_cast<int64_t>(a.activation.kind), bits[0], bits[1], static_cast<int64_t>(a.residual)};
+}
+
+// Index of the residual's binary post-op: first for pre-activation, after the eltwise for post.
+int residual_post_op(const ConvAttributes& a) {
+  return a.residual == Residual::kPost && a.activation.kind != ActivationKind::kIdentity ? 1 : 0;
+}
+
+using ConvPd = dnnl::convolution_forward::primitive_desc;
+
+// The best of a few runs of `pd` on scratch buffers, in seconds (zeros: a CPU convolution's speed
+// does not depend on the values).
+double seconds(const ConvPd& pd, const ConvAttributes& a) {
+  dnnl::engine& engine = cpu_engine();
+  std::unordered_map<int, memory> args = {
+      {DNNL_ARG_SRC, memory(pd.src_desc(), engine)}, {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), engine)},
+      {DNNL_ARG_BIAS, memory(pd.bias_desc(), engine)}, {DNNL_ARG_DST, memory(pd.dst_desc(), engine)},
+      {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), engine)}};
+  if (a.residual != Residual::kNone)
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(a)) | DNNL_ARG_SRC_1, memory(pd.dst_desc(), engine));
+  for (auto& [arg, m] : args) std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
+  dnnl::convolution_forward conv(pd);
+  dnnl::stream stream(engine);
+  double best = 1e30;
+  for (int run = 0; run < 3; ++run) {  // the first run warms caches and pages
+    const auto start = std::chrono::steady_clock::now();
+    conv.execute(stream, args);
+    stream.wait();
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (run > 0) best = std::min(best, took);
+  }
+  return best;
+}
+
+// The chunk's primitive, or nullopt when oneDNN has only its reference implementation for it.
+// oneDNN lists its implementations in its own order of preference, tuned for Intel cores; on
+// others (AMD Zen measured) a later one is sometimes faster: brgconv against jit on layers of
+// 32 channels, 1.3x apart. So the first few optimized ones are timed once and the fastest kept.
+std::optional<Primitive> create(const ConvProblem& p, const Chunk& c) {
+  single_threaded();
+  const DataType t = data_type(p.dtype);
+  const memory::desc src = nhwc(c.nc, p.C, c.hc, p.W, t);
+  const memory::desc dst = nhwc(c.nc, p.K, c.pc, p.Q(), t);
+  const memory::desc bias({p.K}, DataType::f32, Tag::a);
+  const ConvAttributes& a = p.attr;
+
+  dnnl::post_ops ops;
+  dnnl::algorithm alg;
+  float alpha, beta;
+  const bool has_act = eltwise_for(a.activation, &alg, &alpha, &beta);
+  if (a.residual == Residual::kPre) ops.append_binary(dnnl::algorithm::binary_add, dst);
+  if (has_act) ops.append_eltwise(alg, alpha, beta);
+  if (a.residual == Residual::kPost) ops.append_binary(dnnl::algorithm::binary_add, dst);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+
+  try {
+    ConvPd pd(cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+              any_weights(p, t), bias, dst, {a.stride_h, a.stride_w}, {a.dil_h - 1, a.dil_w - 1},
+              {c.pad_top, a.pad_left}, {c.pad_bottom, a.pad_right}, attr);
+    std::vector<ConvPd> candidates;
+    do {
+      const std::string impl = pd.impl_info_str();
+      if (impl.rfind("ref", 0) == 0) break;  // the rest are slower than the reference kernel
+      // an older ISA's kernel after a newer one's (sse41 after avx2) never wins
+      if (candidates.empty() || impl.find("sse41") == std::string::npos) {
+        dnnl_primitive_desc_t copy;  // a C++ copy would share the handle that next_impl() advances
+        dnnl::error::wrap_c_api(dnnl_primitive_desc_clone(&copy, pd.get()), "could not clone a primitive descriptor");
+        candidates.emplace_back(copy);
+      }
+    } while (candidates.size() < kTimedImplementations && pd.next_impl());
+    if (candidates.empty()) return std::nullopt;
+    size_t best = 0;
+    if (candidates.size() > 1) {
+      std::vector<double> times;
+      for (const ConvPd& candidate : candidates) times.push_back(seconds(candidate, a));
+      best = static_cast<size_t>(std::min_element(times.begin(), times.end()) - times.begin());
+    }
+    const ConvPd& chosen = candidates[best];
+    return Primitive{chosen, dnnl::convolution_forward(chosen), src, dst, chosen.impl_info_str()};
+  } catch (const dnnl::error&) {
+    return std::nullopt;  // unimplemented for this problem, type or CPU
+  }
+}
+
+}  // namespace
+
+struct OnednnConv::State {
+  std::mutex mutex;
+  std::map<std::vector<int64_t>, std::optional<Primitive>> primitives;
+  // Constant filters reordered into each layout a primitive asked for, keyed by that layout.
+  std::vector<std::pair<memory::desc, memory>> weights;
+  const void* weights_source = nullptr;
+
+  const std::optional<Primitive>& primitive(const ConvProblem& p, const Chunk& c) {
+    auto key = primitive_key(p, c);
+    auto it = primitives.find(key);
+    if (it == primitives.end()) it = primitives.emplace(std::move(key), create(p, c)).first;
+    return it->second;
+  }
+};
+
+namespace {
+
+memory reorder_weights(const ConvProblem& p, const void* w, const memory::desc& want) {
+  single_threaded();
+  const memory::desc have = krsc(p, data_type(p.dtype));
+  memory source(have, cpu_engine(), const_cast<void*>(w));
+  memory out(want, cpu_engine());
+  dnnl::stream stream(cpu_engine());
+  dnnl::reorder(source, out).execute(stream, source, out);
+  stream.wait();
+  return out;
+}
+
+}  // namespace
+
+OnednnConv::OnednnConv() : state_(std::make_unique<State>()) {}
+OnednnConv::~OnednnConv() = default;
+
+std::string OnednnConv::implementation(const ConvProblem& p) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  const auto& prim = state_->primitive(p, plan(p, threads).front());
+  return prim ? prim->impl : "";
+}
+
+Status OnednnConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+                       const void* z, void* y, const ParallelFor& parallel_for, bool* refused) {
+  *refused = true;
+  if (p.attr.activation.kind == ActivationKind::kClip && p.attr.activation.params[0] > p.attr.activation.params[1])
+    return Status::Ok();  // min > max: ONNX's Clip returns max everywhere, oneDNN's clip differs
+  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  const std::vector<Chunk> chunks = plan(p, threads);
+
+  // Primitives and filters under the lock; executions run unlocked (each has its own scratchpad).
+  std::vector<const Primitive*> prims;
+  std::vector<memory> weights;
+  try {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    for (const Chunk& c : chunks) {
+      const auto& prim = state_->primitive(p, c);
+      if (!prim) return Status::Ok();
+      prims.push_back(&*prim);
+    }
+    // Constant filters are reordered once per layout; others on every call, kept for this call only.
+    std::vector<std::pair<memory::desc, memory>> this_call;
+    auto& cache = w_constant ? state_->weights : this_call;
+    if (w_constant && state_->weights_source != w) {
+      state_->weights.clear();
+      state_->weights_source = w;
+    }
+    for (const Primitive* prim : prims) {
+      const memory::desc want = prim->pd.weights_desc();
+      auto it = std::find_if(cache.begin(), cache.end(), [&](const auto& e) { return e.first == want; });
+      if (it == cache.end()) it = cache.insert(cache.end(), {want, reorder_weights(p, w, want)});
+      weights.push_back(it->second);
+    }
+  } catch (const dnnl::error& e) {
+    return Status::Error(std::string("oneDNN: ") + e.what());
+  }
+  *refused = false;
+
+  std::vector<float> bias32;
+  const float* bias = static_cast<const float*>(b);
+  if (p.dtype != DType::kFloat) {
+    bias32.resize(static_cast<size_t>(p.K));
+    for (int64_t k = 0; k < p.K; ++k)
+      bias32[k] = p.dtype == DType::kFloat16 ? to_float(static_cast<const float16_t*>(b)[k])
+                                             : to_float(static_cast<const bfloat16_t*>(b)[k]);
+    bias = bias32.data();
+  }
+
+  const size_t esize = element_size(p.dtype);
+  const int64_t Q = p.Q(), P = p.P();
+  std::mutex error_mutex;
+  std::string error;
+  parallel_for(static_cast<int64_t>(chunks.size()), [&](int64_t i) {
+    try {
+      single_threaded();
+      const Chunk& c = chunks[i];
+      const Primitive& prim = *prims[i];
+      auto at = [](const void* base, int64_t elements, size_t size) {
+        return const_cast<char*>(static_cast<const char*>(base)) + elements * static_cast<int64_t>(size);
+      };
+      const int64_t x_offset = ((c.n0 * p.H + c.h0) * p.W) * p.C;
+      const int64_t y_offset = ((c.n0 * P + c.p0) * Q) * p.K;
+      thread_local std::vector<char> scratch;
+      const memory::desc scratch_desc = prim.pd.scratchpad_desc();
+      if (scratch.size() < scratch_desc.get_size()) scratch.resize(scratch_desc.get_size());
+      dnnl::engine& engine = cpu_engine();
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, memory(prim.src, engine, at(x, x_offset, esize))},
+          {DNNL_ARG_WEIGHTS, weights[i]},
+          {DNNL_ARG_BIAS, memory(prim.pd.bias_desc(), engine, const_cast<float*>(bias))},
+          {DNNL_ARG_DST, memory(prim.dst, engine, at(y, y_offset, esize))},
+          {DNNL_ARG_SCRATCHPAD, memory(scratch_desc, engine, scratch.data())}};
+      if (p.attr.residual != Residual::kNone) {
+        args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(p.attr)) | DNNL_ARG_SRC_1,
+                     memory(prim.dst, engine, at(z, y_offset, esize)));
+      }
+      thread_local dnnl::stream stream(cpu_engine());
+      prim.conv.execute(stream, args);
+      stream.wait();
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (error.empty()) error = std::string("oneDNN: ") + e.what();
+    }
+  });
+  if (!error.empty()) return Status::Error(error);
+  return Status::Ok();
+}
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+#else  // built without oneDNN: every problem goes to the reference kernel
+
+struct OnednnConv::State {};
+OnednnConv::OnednnConv() = default;
+OnednnConv::~OnednnConv() = default;
+std::string OnednnConv::implementation(const ConvProblem&) { return ""; }
+Status OnednnConv::run(const ConvProblem&, const void*, const void*, bool, const void*, const void*, void*,
+                       const ParallelFor&, bool* refused) {
+  *refused = true;
+  return Status::Ok();
+}
+std::string onednn_version() { return ""; }
+
+#endif
+
+}  // namespace epifuse
