@@ -1,0 +1,167 @@
+"""The CPU FusedConv on oneDNN, through the core C ABI and through ONNX Runtime: every activation and
+residual mode and dtype against a float64 numpy reference, the ways the work is cut into chunks
+(row pieces of one image, groups of whole images, strided convs whose last rows are never read),
+and filters that are or are not constant between runs."""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from conv_reference import fused_conv, output_size, rel_l2
+from optimizer import registry
+from optimizer.contract import ACTIVATIONS
+from optimizer.registry import ConvDesc
+from optimizer.runtime import session_options
+
+ONEDNN = registry.onednn_version() != ""
+needs_onednn = pytest.mark.skipif(not ONEDNN, reason="library built without oneDNN")
+TOL = {np.float32: 1e-5, np.float16: 2e-3, ml_dtypes.bfloat16: 1.6e-2}
+ONNX_TYPE = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, ml_dtypes.bfloat16: TensorProto.BFLOAT16}
+# Non-default parameters where an activation takes some, so a swapped or dropped one shows.
+PARAMS = {"leaky_relu": (0.2,), "clip": (-0.5, 0.75), "hardsigmoid": (0.3, 0.4), "elu": (0.7,)}
+
+
+def test_built_with_onednn_where_its_package_is_installed():
+    """`pip install .` brings onednn-cpu-gomp on x86-64 Linux; the library built then must use it."""
+    try:
+        importlib.metadata.distribution("onednn-cpu-gomp")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("onednn-cpu-gomp is not installed")
+    if platform.machine() != "x86_64":
+        pytest.skip("oneDNN's wheel is x86-64 only")
+    assert registry.onednn_version().startswith("oneDNN 3.")
+
+
+def _case(dtype, shape, *, group=1, residual="none", seed=0, **attrs):
+    n, h, w, c, k, r, s = shape
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, h, w, c)).astype(dtype)
+    wt = (rng.standard_normal((k, r, s, c // group)) / np.sqrt(r * s * c // group)).astype(dtype)
+    b = rng.standard_normal(k).astype(dtype)
+    pads, strides, dil = attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)), attrs.get("dilations", (1, 1))
+    p = output_size(h, pads[0], pads[2], dil[0], r, strides[0])
+    q = output_size(w, pads[1], pads[3], dil[1], s, strides[1])
+    z = rng.standard_normal((n, p, q, k)).astype(dtype) if residual != "none" else None
+    return x, wt, b, z
+
+
+def _reference(x, w, b, z, **attrs):
+    return fused_conv(*(None if a is None else a.astype(np.float64) for a in (x, w, b, z)), **attrs)
+
+
+def _kernel(dtype, shape, **attrs) -> str:
+    n, h, w, c, k, r, s = shape
+    code = {np.float32: registry.FLOAT, np.float16: registry.FLOAT16, ml_dtypes.bfloat16: registry.BFLOAT16}[dtype]
+    return registry.cpu_kernel_name(ConvDesc.from_attributes(code, (n, h, w, c), (k, r, s, c // attrs.get("group", 1)),
+                                                             **attrs))
+
+
+# N=1, 24x24x16 -> 16, 3x3: enough work to be cut into row pieces on a machine of two or more threads.
+ACT_SHAPE = (1, 24, 24, 16, 16, 3, 3)
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("residual", ["none", "pre", "post"])
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_every_activation_and_residual(activation, residual, dtype):
+    attrs = dict(pads=(1, 1, 1, 1), activation=activation, activation_params=PARAMS.get(activation, ()),
+                 residual=residual)
+    x, w, b, z = _case(dtype, ACT_SHAPE, **attrs)
+    y = registry.cpu_fused_conv(x, w, b, z, **attrs)
+    assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[dtype]
+    kernel = _kernel(dtype, ACT_SHAPE, **attrs)
+    if dtype == np.float32:
+        assert kernel.startswith("onednn "), kernel  # fp32 never falls back on an x86-64 CPU
+    else:  # oneDNN where the CPU computes the 16-bit type natively, the reference kernel elsewhere
+        assert kernel == "reference" or kernel.startswith("onednn "), kernel
+
+
+# (shape N,H,W,C,K,R,S, attributes): each cuts the work another way.
+GEOMETRY = {
+    "row_pieces_stride2_asymmetric_pads": ((1, 33, 29, 16, 24, 3, 3), dict(strides=(2, 2), pads=(1, 0, 2, 1))),
+    "row_pieces_dilated_7x7": ((1, 30, 30, 8, 16, 7, 7), dict(dilations=(2, 2), pads=(6, 6, 6, 6))),
+    "image_groups": ((5, 16, 16, 16, 32, 3, 3), dict(pads=(1, 1, 1, 1))),
+    # 1x1 stride 2 on an even height: the last input row is never read, so images go one at a time
+    "unread_last_rows_batch3": ((3, 16, 16, 16, 64, 1, 1), dict(strides=(2, 2), residual="pre", activation="relu")),
+    "unread_last_rows_batch2_small": ((2, 6, 6, 4, 8, 1, 1), dict(strides=(2, 2))),
+    "padding_larger_than_a_piece": ((1, 20, 20, 8, 8, 3, 3), dict(pads=(5, 5, 5, 5))),
+    "grouped": ((2, 14, 14, 32, 64, 3, 3), dict(group=4, pads=(1, 1, 1, 1), activation="silu")),
+    "depthwise": ((1, 28, 28, 32, 32, 5, 5), dict(group=32, pads=(2, 2, 2, 2), activation="hardswish")),
+    "channel_multiplier": ((1, 20, 20, 8, 16, 3, 3), dict(group=8, pads=(1, 1, 1, 1))),
+    "too_small_to_split": ((1, 4, 4, 4, 4, 3, 3), dict(pads=(1, 1, 1, 1), residual="post", activation="tanh")),
+    "stem_3_channels": ((1, 64, 64, 3, 16, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1), activation="silu")),
+}
+
+
+@needs_onednn
+@pytest.mark.parametrize("name", sorted(GEOMETRY))
+def test_geometry(name):
+    shape, attrs = GEOMETRY[name]
+    x, w, b, z = _case(np.float32, shape, **attrs)
+    y = registry.cpu_fused_conv(x, w, b, z, **attrs)
+    assert _kernel(np.float32, shape, **{k: v for k, v in attrs.items()}).startswith("onednn ")
+    assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[np.float32]
+
+
+def test_reference_kernel_is_selectable(monkeypatch):
+    monkeypatch.setenv("EPIFUSE_CPU_KERNEL", "reference")
+    assert _kernel(np.float32, ACT_SHAPE, pads=(1, 1, 1, 1)) == "reference"
+    x, w, b, _ = _case(np.float32, ACT_SHAPE)
+    y = registry.cpu_fused_conv(x, w, b)
+    assert rel_l2(y, _reference(x, w, b, None)) <= TOL[np.float32]
+
+
+def _fused_conv_model(shape, *, weights: np.ndarray | None, dtype=np.float32, **attrs) -> onnx.ModelProto:
+    """One FusedConv; W an initializer when `weights` is given, else a graph input."""
+    n, h, w, c, k, r, s = shape
+    p = output_size(h, *attrs["pads"][::2], 1, r, 1)
+    t = ONNX_TYPE[dtype]
+    inputs = [helper.make_tensor_value_info("x", t, ["n", h, w, c])]
+    inits = [helper.make_tensor("b", t, [k], np.zeros(k, np.float32).astype(dtype).tobytes(), raw=True)]
+    if weights is None:
+        inputs.append(helper.make_tensor_value_info("w", t, [k, r, s, c]))
+    else:
+        inits.append(helper.make_tensor("w", t, list(weights.shape), weights.astype(dtype).tobytes(), raw=True))
+    node = helper.make_node("FusedConv", ["x", "w", "b"], ["y"], domain="epifuse", **attrs)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", t, ["n", p, p, k])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+
+
+def _session(model):
+    return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+
+
+@needs_onednn
+def test_ort_constant_filters_across_runs_and_batches():
+    """The filters reordered at the first run serve later runs, of other batch sizes too."""
+    shape = (1, 20, 20, 16, 32, 3, 3)
+    attrs = dict(pads=[1, 1, 1, 1], activation="silu")
+    _, w, b, _ = _case(np.float32, shape)
+    b[:] = 0
+    session = _session(_fused_conv_model(shape, weights=w, **attrs))
+    rng = np.random.default_rng(1)
+    for n in (1, 3, 1, 2):
+        x = rng.standard_normal((n, 20, 20, 16)).astype(np.float32)
+        y = session.run(None, {"x": x})[0]
+        assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="silu")) <= TOL[np.float32]
+
+
+@needs_onednn
+def test_ort_filters_that_change_between_runs():
+    """W as a graph input: each run reorders the filters it is given, never a copy of earlier ones."""
+    shape = (1, 20, 20, 16, 32, 3, 3)
+    session = _session(_fused_conv_model(shape, weights=None, pads=[1, 1, 1, 1], activation="relu"))
+    x = np.random.default_rng(2).standard_normal((2, 20, 20, 16)).astype(np.float32)
+    b = np.zeros(32, np.float32)
+    for seed in (3, 4):
+        w = (np.random.default_rng(seed).standard_normal((32, 3, 3, 16)) / 12).astype(np.float32)
+        y = session.run(None, {"x": x, "w": w})[0]
+        assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="relu")) <= TOL[np.float32]
