@@ -21,14 +21,14 @@ import onnx
 import onnxruntime as ort
 
 from models import zoo
-from optimizer import __version__
+from optimizer import __version__, registry
 from optimizer.compare import compare
 from optimizer.measure import _cpu_name
 from optimizer.passes.load import load_model
 from optimizer.pipeline import FusionPolicy, optimize_file
 
 
-def row(name: str, path: Path, work: Path, rounds: int) -> dict:
+def row(name: str, path: Path, work: Path, rounds: int, also_always: bool) -> dict:
     out = work / f"{name.replace('/', '_')}.epifuse.onnx"
     cache = work / f"{name.replace('/', '_')}.costs.json"  # empty: the optimizer's time includes measuring
     start = time.perf_counter()
@@ -36,7 +36,12 @@ def row(name: str, path: Path, work: Path, rounds: int) -> dict:
     seconds = time.perf_counter() - start
     result = compare(load_model(str(path)), load_model(str(out)), backend="ort-cpu", rounds=rounds)
     fused = sum(d.fused for d in report.decisions)
-    return {"model": name, "ort ms": result["original_ms"], "epifuse ms": result["optimized_ms"],
+    always = float("nan")
+    if also_always:  # every candidate fused: the CPU kernel against ORT's convolutions, layer for layer
+        out_always = work / f"{name.replace('/', '_')}.always.onnx"
+        optimize_file(str(path), str(out_always), policy=FusionPolicy(mode="always"))
+        always = compare(load_model(str(path)), load_model(str(out_always)), backend="ort-cpu", rounds=rounds)["speedup"]
+    return {"always": always, "model": name, "ort ms": result["original_ms"], "epifuse ms": result["optimized_ms"],
             "speed-up": result["speedup"], "q1": result["speedup_q1"], "q3": result["speedup_q3"],
             "fused": f"{fused}/{len(report.decisions)}", "optimize s": seconds,
             "measure s": report.pass_seconds.get("measure", 0.0)}
@@ -47,6 +52,7 @@ def main() -> int:
     ap.add_argument("--models-dir", help="folder of .onnx files to run")
     ap.add_argument("--zoo", action="store_true", help="also the embedded zoo models (models/zoo.py)")
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--also-always", action="store_true", help="also time --fuse always (every candidate fused)")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="epifuse-cpu-bench-"))
@@ -59,16 +65,16 @@ def main() -> int:
             named.append((f"zoo/{name}", path))
     rows = []
     for name, path in named:
-        rows.append(row(name, path, work, args.rounds))
+        rows.append(row(name, path, work, args.rounds, args.also_always))
         r = rows[-1]
         print(f"{name}: {r['speed-up']:.3f}x ({r['q1']:.3f}-{r['q3']:.3f}), fused {r['fused']}, "
-              f"optimize {r['optimize s']:.1f} s", flush=True)
+              f"optimize {r['optimize s']:.1f} s; fuse=always {r['always']:.3f}x", flush=True)
     header = (f"{_cpu_name()}, {len(os.sched_getaffinity(0))} threads, onnxruntime {ort.__version__}, epifuse "
-              f"{__version__}, Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    lines = [header, "", "| model | ORT ms | epifuse ms | speed-up | interquartile | fused | optimize s (measuring) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+              f"{__version__} ({registry.onednn_version() or 'no oneDNN'}), Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    lines = [header, "", "| model | ORT ms | epifuse ms | speed-up | interquartile | fused | optimize s (measuring) | fuse=always |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['ort ms']:.2f} | {r['epifuse ms']:.2f} | {r['speed-up']:.3f}x | "
-              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['optimize s']:.1f} ({r['measure s']:.1f}) |"
+              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['optimize s']:.1f} ({r['measure s']:.1f}) | {r['always']:.3f}x |"
               for r in rows]
     print("\n".join(lines))
     if args.markdown:
