@@ -26,12 +26,15 @@ RUN .ci/build.sh /dist
 FROM nvcr.io/nvidia/tritonserver:${NGC_RELEASE}-py3
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # The wheel is bind-mounted, not copied, so it leaves no layer; /opt/epifuse/lib is a link to the
-# installed libraries (the absolute path export-triton writes into config.pbtxt).
+# installed libraries (the absolute path export-triton writes into config.pbtxt). Triton loads them
+# without Python, and through that link their RUNPATH misses oneDNN: its folder goes to ldconfig.
 RUN --mount=type=bind,from=build,source=/dist,target=/dist \
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir /dist/epifuse-*.whl \
     && mkdir -p /opt/epifuse/bin \
     && ln -s "$(python3 -c 'import optimizer, os; print(os.path.dirname(optimizer.__file__))')/lib" /opt/epifuse/lib \
     && test -f /opt/epifuse/lib/libepifuse_ort.so && test -f /opt/epifuse/lib/libepifuse_trt_static.so \
+    && python3 -c 'from optimizer.libraries import preload_onednn; print(preload_onednn().parent)' \
+       > /etc/ld.so.conf.d/epifuse-onednn.conf && ldconfig \
     && command -v epifuse \
     && groupadd --gid 10001 epifuse && useradd --create-home --uid 10001 --gid 10001 epifuse
 COPY --chmod=755 .ci/docker-entrypoint.sh /opt/epifuse/bin/entrypoint.sh
