@@ -37,6 +37,13 @@ constexpr int64_t kMinMacsToSplit = 1 << 18;
 // How many of oneDNN's implementations for a problem are timed before the first run.
 constexpr size_t kTimedImplementations = 3;
 
+// std::thread::hardware_concurrency() reads /sys on every call (glibc's get_nprocs): tens of
+// microseconds, as long as a small layer's convolution. Read once.
+int64_t hardware_threads() {
+  static const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  return threads;
+}
+
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
@@ -150,7 +157,7 @@ memory::desc any_weights(const ConvProblem& p, DataType t) {
 struct Primitive {
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward conv;
-  memory::desc src, dst;
+  memory::desc src, dst, weights, bias, scratchpad;  // queried once: each query of `pd` builds a new desc
   std::string impl;
 };
 
@@ -241,7 +248,8 @@ std::optional<Primitive> create(const ConvProblem& p, const Chunk& c) {
       best = static_cast<size_t>(std::min_element(times.begin(), times.end()) - times.begin());
     }
     const ConvPd& chosen = candidates[best];
-    return Primitive{chosen, dnnl::convolution_forward(chosen), src, dst, chosen.impl_info_str()};
+    return Primitive{chosen, dnnl::convolution_forward(chosen), src, dst, chosen.weights_desc(), chosen.bias_desc(),
+                     chosen.scratchpad_desc(), chosen.impl_info_str()};
   } catch (const dnnl::error&) {
     return std::nullopt;  // unimplemented for this problem, type or CPU
   }
@@ -249,12 +257,37 @@ std::optional<Primitive> create(const ConvProblem& p, const Chunk& c) {
 
 }  // namespace
 
+// A problem's chunks and their primitives (null where oneDNN refuses one), found once per shape:
+// a call then costs one map lookup before the primitives run.
+struct Plan {
+  std::vector<Chunk> chunks;
+  std::vector<const Primitive*> prims;
+  bool refused = false;
+};
+
 struct OnednnConv::State {
   std::mutex mutex;
   std::map<std::vector<int64_t>, std::optional<Primitive>> primitives;
+  std::map<std::vector<int64_t>, Plan> plans;
   // Constant filters reordered into each layout a primitive asked for, keyed by that layout.
   std::vector<std::pair<memory::desc, memory>> weights;
   const void* weights_source = nullptr;
+
+  const Plan& plan_for(const ConvProblem& p) {
+    auto key = primitive_key(p, rows_chunk(p, 0, p.N, 0, p.P()));
+    key.push_back(p.N);
+    key.push_back(p.H);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+    Plan made;
+    made.chunks = plan(p, hardware_threads());
+    for (const Chunk& c : made.chunks) {
+      const auto& prim = primitive(p, c);
+      made.prims.push_back(prim ? &*prim : nullptr);
+      made.refused = made.refused || !prim;
+    }
+    return plans.emplace(std::move(key), std::move(made)).first->second;
+  }
 
   const std::optional<Primitive>& primitive(const ConvProblem& p, const Chunk& c) {
     auto key = primitive_key(p, c);
@@ -284,8 +317,7 @@ OnednnConv::~OnednnConv() = default;
 
 std::string OnednnConv::implementation(const ConvProblem& p) {
   std::lock_guard<std::mutex> lock(state_->mutex);
-  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
-  const auto& prim = state_->primitive(p, plan(p, threads).front());
+  const auto& prim = state_->primitive(p, plan(p, hardware_threads()).front());
   return prim ? prim->impl : "";
 }
 
@@ -294,19 +326,13 @@ Status OnednnConv::run(const ConvProblem& p, const void* x, const void* w, bool 
   *refused = true;
   if (p.attr.activation.kind == ActivationKind::kClip && p.attr.activation.params[0] > p.attr.activation.params[1])
     return Status::Ok();  // min > max: ONNX's Clip returns max everywhere, oneDNN's clip differs
-  const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
-  const std::vector<Chunk> chunks = plan(p, threads);
-
   // Primitives and filters under the lock; executions run unlocked (each has its own scratchpad).
-  std::vector<const Primitive*> prims;
+  const Plan* plan_ptr;
   std::vector<memory> weights;
   try {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    for (const Chunk& c : chunks) {
-      const auto& prim = state_->primitive(p, c);
-      if (!prim) return Status::Ok();
-      prims.push_back(&*prim);
-    }
+    plan_ptr = &state_->plan_for(p);  // map nodes stay put: the pointer outlives the lock
+    if (plan_ptr->refused) return Status::Ok();
     // Constant filters are reordered once per layout; others on every call, kept for this call only.
     std::vector<std::pair<memory::desc, memory>> this_call;
     auto& cache = w_constant ? state_->weights : this_call;
@@ -314,15 +340,16 @@ Status OnednnConv::run(const ConvProblem& p, const void* x, const void* w, bool 
       state_->weights.clear();
       state_->weights_source = w;
     }
-    for (const Primitive* prim : prims) {
-      const memory::desc want = prim->pd.weights_desc();
-      auto it = std::find_if(cache.begin(), cache.end(), [&](const auto& e) { return e.first == want; });
-      if (it == cache.end()) it = cache.insert(cache.end(), {want, reorder_weights(p, w, want)});
+    for (const Primitive* prim : plan_ptr->prims) {
+      auto it = std::find_if(cache.begin(), cache.end(), [&](const auto& e) { return e.first == prim->weights; });
+      if (it == cache.end()) it = cache.insert(cache.end(), {prim->weights, reorder_weights(p, w, prim->weights)});
       weights.push_back(it->second);
     }
   } catch (const dnnl::error& e) {
     return Status::Error(std::string("oneDNN: ") + e.what());
   }
+  const std::vector<Chunk>& chunks = plan_ptr->chunks;
+  const std::vector<const Primitive*>& prims = plan_ptr->prims;
   *refused = false;
 
   std::vector<float> bias32;
@@ -350,15 +377,14 @@ Status OnednnConv::run(const ConvProblem& p, const void* x, const void* w, bool 
       const int64_t x_offset = ((c.n0 * p.H + c.h0) * p.W) * p.C;
       const int64_t y_offset = ((c.n0 * P + c.p0) * Q) * p.K;
       thread_local std::vector<char> scratch;
-      const memory::desc scratch_desc = prim.pd.scratchpad_desc();
-      if (scratch.size() < scratch_desc.get_size()) scratch.resize(scratch_desc.get_size());
+      if (scratch.size() < prim.scratchpad.get_size()) scratch.resize(prim.scratchpad.get_size());
       dnnl::engine& engine = cpu_engine();
       std::unordered_map<int, memory> args = {
           {DNNL_ARG_SRC, memory(prim.src, engine, at(x, x_offset, esize))},
           {DNNL_ARG_WEIGHTS, weights[i]},
-          {DNNL_ARG_BIAS, memory(prim.pd.bias_desc(), engine, const_cast<float*>(bias))},
+          {DNNL_ARG_BIAS, memory(prim.bias, engine, const_cast<float*>(bias))},
           {DNNL_ARG_DST, memory(prim.dst, engine, at(y, y_offset, esize))},
-          {DNNL_ARG_SCRATCHPAD, memory(scratch_desc, engine, scratch.data())}};
+          {DNNL_ARG_SCRATCHPAD, memory(prim.scratchpad, engine, scratch.data())}};
       if (p.attr.residual != Residual::kNone) {
         args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(p.attr)) | DNNL_ARG_SRC_1,
                      memory(prim.dst, engine, at(z, y_offset, esize)));

@@ -46,7 +46,11 @@ struct Geometry {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-int64_t hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+// Read once: hardware_concurrency() reads /sys on every call.
+int64_t hardware_threads() {
+  static const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  return threads;
+}
 
 float* scratch(std::vector<float>& buf, int64_t n) {
   if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));
