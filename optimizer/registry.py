@@ -14,7 +14,7 @@ import numpy as np
 
 from .contract import BFLOAT16, FLOAT, FLOAT16, TARGETS  # noqa: F401 (re-exported: the ABI's values)
 from .contract import RESIDUAL_MODES as _RESIDUALS
-from .libraries import CORE_LIBRARY, library_path
+from .libraries import CORE_LIBRARY, LibraryNotFound, library_path
 
 RESIDUAL_MODES = {mode: i for i, mode in enumerate(_RESIDUALS)}
 _ERR_LEN = 1024
@@ -93,11 +93,18 @@ class ConvDesc:
         return c
 
 
+ABI_VERSION = 2  # plugins/core/epifuse_c_api.h's EPIFUSE_ABI_VERSION, which these bindings are written for
+
+
 @functools.lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(library_path(CORE_LIBRARY)))
+    path = library_path(CORE_LIBRARY)
+    lib = ctypes.CDLL(str(path))
     desc_p, err = ctypes.POINTER(_CDesc), (ctypes.c_char_p, ctypes.c_size_t)
     lib.epifuse_abi_version.restype = ctypes.c_int32
+    if lib.epifuse_abi_version() != ABI_VERSION:  # a call with the wrong signature could crash the process
+        raise LibraryNotFound(f"{path} has C ABI {lib.epifuse_abi_version()}, this epifuse needs {ABI_VERSION}: "
+                              "rebuild it (`pip install .`, or cmake --build your build folder)")
     lib.epifuse_validate.argtypes = [desc_p, *err]
     lib.epifuse_validate.restype = ctypes.c_int32
     lib.epifuse_kernel_count.argtypes = [ctypes.c_char_p, desc_p, *err]

@@ -10,7 +10,8 @@
 extern "C" {
 #endif
 
-#define EPIFUSE_ABI_VERSION 1
+// 2: epifuse_cpu_fused_conv takes the kernel to run (oneDNN or the reference kernel).
+#define EPIFUSE_ABI_VERSION 2
 #define EPIFUSE_EXPORT __attribute__((visibility("default")))
 
 // ONNX TensorProto element types used by the op contract.
