@@ -10,6 +10,7 @@ import onnx_graphsurgeon as gs
 import onnxruntime as ort
 
 from models.builder import GraphBuilder
+from tests.conv_reference import output_size
 
 
 def any_kernel(target, desc):
@@ -81,3 +82,18 @@ def kernel_manifest(family: str) -> list[dict]:
 def sm90_manifest() -> list[dict]:
     """plugins/kernels/sm90/kernels.def, each line with its "kind" (GEMM or CONV)."""
     return [{**e, "kind": e["macro"].split("_")[1]} for e in kernel_manifest("sm90")]
+
+
+def conv_inputs(dtype, shape, group=1, residual="none", seed=0, **attrs):
+    """Random X [N,H,W,C], W [K,R,S,C/group] (scaled to unit output variance), B [K] and, for a residual,
+    Z [N,P,Q,K] in `dtype`, for shape (N, H, W, C, K, R, S) and the op's attributes."""
+    n, h, w, c, k, r, s = shape
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, h, w, c)).astype(dtype)
+    wt = (rng.standard_normal((k, r, s, c // group)) / np.sqrt(r * s * c // group)).astype(dtype)
+    b = rng.standard_normal(k).astype(dtype)
+    pads, strides, dil = attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)), attrs.get("dilations", (1, 1))
+    p = output_size(h, pads[0], pads[2], dil[0], r, strides[0])
+    q = output_size(w, pads[1], pads[3], dil[1], s, strides[1])
+    z = rng.standard_normal((n, p, q, k)).astype(dtype) if residual != "none" else None
+    return x, wt, b, z

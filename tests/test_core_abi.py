@@ -11,6 +11,7 @@ import pytest
 
 from conv_reference import fused_conv, output_size, rel_l2
 from optimizer import registry
+from tests.helpers import conv_inputs
 from optimizer.contract import ACTIVATIONS
 from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
 
@@ -97,25 +98,12 @@ CASES = {
 }
 
 
-def _inputs(dtype, shape, group=1, residual="none", seed=0, **attrs):
-    n, h, w, c, k, r, s = shape
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, h, w, c)).astype(dtype)
-    wt = (rng.standard_normal((k, r, s, c // group)) / np.sqrt(r * s * c // group)).astype(dtype)
-    b = rng.standard_normal(k).astype(dtype)
-    pads, strides, dil = attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)), attrs.get("dilations", (1, 1))
-    p = output_size(h, pads[0], pads[2], dil[0], r, strides[0])
-    q = output_size(w, pads[1], pads[3], dil[1], s, strides[1])
-    z = rng.standard_normal((n, p, q, k)).astype(dtype) if residual != "none" else None
-    return x, wt, b, z
-
-
 @pytest.mark.parametrize("dtype, tol", [(np.float32, 1e-5), (np.float16, 1e-3), (ml_dtypes.bfloat16, 1e-2)])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_cpu_fused_conv(case, dtype, tol):
     attrs = dict(CASES[case])
     shape = attrs.pop("shape")
-    x, w, b, z = _inputs(dtype, shape, **attrs)
+    x, w, b, z = conv_inputs(dtype, shape, **attrs)
     y = registry.cpu_fused_conv(x, w, b, z, **attrs)
     assert y.dtype == dtype
     ref = fused_conv(*(None if a is None else a.astype(np.float64) for a in (x, w, b, z)), **attrs)
@@ -123,7 +111,7 @@ def test_cpu_fused_conv(case, dtype, tol):
 
 
 def test_cpu_fused_conv_rejects_z_without_residual():
-    x, w, b, _ = _inputs(np.float32, (1, 4, 4, 4, 4, 1, 1))
+    x, w, b, _ = conv_inputs(np.float32, (1, 4, 4, 4, 4, 1, 1))
     with pytest.raises(ValueError, match="residual is 'none'"):
         registry.cpu_fused_conv(x, w, b, np.zeros((1, 4, 4, 4), np.float32))
 

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 
 from conv_reference import fused_conv, output_size, rel_l2
 from optimizer import registry
+from tests.helpers import conv_inputs
 from optimizer.contract import ACTIVATIONS
 from optimizer.registry import ConvDesc
 from optimizer.runtime import session_options
@@ -37,19 +38,6 @@ def test_built_with_onednn_where_its_package_is_installed():
     if platform.machine() != "x86_64":
         pytest.skip("oneDNN's wheel is x86-64 only")
     assert registry.onednn_version().startswith("oneDNN 3.")
-
-
-def _case(dtype, shape, *, group=1, residual="none", seed=0, **attrs):
-    n, h, w, c, k, r, s = shape
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, h, w, c)).astype(dtype)
-    wt = (rng.standard_normal((k, r, s, c // group)) / np.sqrt(r * s * c // group)).astype(dtype)
-    b = rng.standard_normal(k).astype(dtype)
-    pads, strides, dil = attrs.get("pads", (0,) * 4), attrs.get("strides", (1, 1)), attrs.get("dilations", (1, 1))
-    p = output_size(h, pads[0], pads[2], dil[0], r, strides[0])
-    q = output_size(w, pads[1], pads[3], dil[1], s, strides[1])
-    z = rng.standard_normal((n, p, q, k)).astype(dtype) if residual != "none" else None
-    return x, wt, b, z
 
 
 def _reference(x, w, b, z, **attrs):
@@ -74,7 +62,7 @@ ACT_SHAPE = (1, 24, 24, 16, 16, 3, 3)
 def test_every_activation_and_residual(activation, residual, dtype):
     attrs = dict(pads=(1, 1, 1, 1), activation=activation, activation_params=PARAMS.get(activation, ()),
                  residual=residual)
-    x, w, b, z = _case(dtype, ACT_SHAPE, **attrs)
+    x, w, b, z = conv_inputs(dtype, ACT_SHAPE, **attrs)
     y = registry.cpu_fused_conv(x, w, b, z, **attrs)
     assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[dtype]
     kernel = _kernel(dtype, ACT_SHAPE, **attrs)
@@ -105,7 +93,7 @@ GEOMETRY = {
 @pytest.mark.parametrize("name", sorted(GEOMETRY))
 def test_geometry(name):
     shape, attrs = GEOMETRY[name]
-    x, w, b, z = _case(np.float32, shape, **attrs)
+    x, w, b, z = conv_inputs(np.float32, shape, **attrs)
     y = registry.cpu_fused_conv(x, w, b, z, **attrs)
     assert _kernel(np.float32, shape, **{k: v for k, v in attrs.items()}).startswith("onednn ")
     assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[np.float32]
@@ -114,7 +102,7 @@ def test_geometry(name):
 def test_reference_kernel_is_selectable(monkeypatch):
     monkeypatch.setenv("EPIFUSE_CPU_KERNEL", "reference")
     assert _kernel(np.float32, ACT_SHAPE, pads=(1, 1, 1, 1)) == "reference"
-    x, w, b, _ = _case(np.float32, ACT_SHAPE)
+    x, w, b, _ = conv_inputs(np.float32, ACT_SHAPE)
     y = registry.cpu_fused_conv(x, w, b)
     assert rel_l2(y, _reference(x, w, b, None)) <= TOL[np.float32]
 
@@ -144,7 +132,7 @@ def test_ort_constant_filters_across_runs_and_batches():
     """The filters reordered at the first run serve later runs, of other batch sizes too."""
     shape = (1, 20, 20, 16, 32, 3, 3)
     attrs = dict(pads=[1, 1, 1, 1], activation="silu")
-    _, w, b, _ = _case(np.float32, shape)
+    _, w, b, _ = conv_inputs(np.float32, shape)
     b[:] = 0
     session = _session(_fused_conv_model(shape, weights=w, **attrs))
     rng = np.random.default_rng(1)
