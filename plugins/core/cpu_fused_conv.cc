@@ -13,12 +13,9 @@ CpuFusedConv::CpuFusedConv() {
 Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
                          const void* z, void* y, const ParallelFor& parallel_for) {
   if (!reference_only_) {
-    EPIFUSE_RETURN_IF_ERROR(validate(p));
-    EPIFUSE_RETURN_IF_ERROR(check_residual_input(p.attr.residual, z != nullptr));
-    for (int64_t d : {p.N, p.H, p.W, p.C, p.K, p.R, p.S})
-      if (d < 0) return Status::Error("the CPU kernel needs every dimension known, got -1");
-    if (p.N == 0) return Status::Ok();  // an empty batch: nothing to read or write (data may be null)
-    if (!x || !w || !b || !y) return Status::Error("X, W, B and Y must not be null");
+    bool empty = false;
+    EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
+    if (empty) return Status::Ok();
     bool refused = true;
     EPIFUSE_RETURN_IF_ERROR(onednn_.run(p, x, w, w_constant, b, z, y, parallel_for, &refused));
     if (!refused) return Status::Ok();

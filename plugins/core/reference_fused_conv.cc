@@ -245,14 +245,22 @@ Status run(const ConvProblem& p, const T* x, const T* w, const T* b, const T* z,
 
 }  // namespace
 
-Status reference_fused_conv(const ConvProblem& p, const void* x, const void* w, const void* b,
-                            const void* z, void* y, const ParallelFor& parallel_for) {
+Status check_cpu_problem(const ConvProblem& p, const void* x, const void* w, const void* b, const void* z,
+                         const void* y, bool* empty) {
   EPIFUSE_RETURN_IF_ERROR(validate(p));
   for (int64_t d : {p.N, p.H, p.W, p.C, p.K, p.R, p.S})
     if (d < 0) return Status::Error("the CPU kernel needs every dimension known, got -1");
   EPIFUSE_RETURN_IF_ERROR(check_residual_input(p.attr.residual, z != nullptr));
-  if (p.N == 0) return Status::Ok();  // an empty batch: nothing to read or write (data may be null)
-  if (!x || !w || !b || !y) return Status::Error("X, W, B and Y must not be null");
+  *empty = p.N == 0;
+  if (!*empty && (!x || !w || !b || !y)) return Status::Error("X, W, B and Y must not be null");
+  return Status::Ok();
+}
+
+Status reference_fused_conv(const ConvProblem& p, const void* x, const void* w, const void* b,
+                            const void* z, void* y, const ParallelFor& parallel_for) {
+  bool empty = false;
+  EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
+  if (empty) return Status::Ok();
   try {
     switch (p.dtype) {
       case DType::kFloat:
