@@ -192,6 +192,7 @@ class MeasuredCosts(Costs):
         self.seconds = 0.0                    # spent measuring (the cache's hits cost nothing)
         self.measured: dict[str, dict] = {}   # this run's keys and values, cached or new (for --export-costs)
         self.failures: dict[str, str] = {}    # keys that could not be measured, and why
+        self.progress = None                  # called with a line before each measurement (the CLI's status)
         self.description = f"measured on {timer.device} ({timer.library})"
 
     def _lookup(self, key: str) -> dict | None:
@@ -210,10 +211,15 @@ class MeasuredCosts(Costs):
             if not self._in_budget():
                 return None
             start = self.clock()
+            if self.progress is not None:
+                self.progress(f"measuring {group.name} at batch {group.desc.N} "
+                              f"({self.clock() - self.started:.0f} s of {self.budget_s:g} s)")
             try:
                 ours, runtime = self.timer.group_times(group)
-                if ours < runtime:  # a win is measured again and kept as the worse of the two: on a small
-                    again = self.timer.group_times(group)  # layer, noise alone can make one reading a win
+                # a win is measured again and kept as the worse of the two (on a small layer noise alone can
+                # make one reading a win), unless the timer already read it several times
+                if ours < runtime and not getattr(self.timer, "confirms_wins", False):
+                    again = self.timer.group_times(group)
                     ours, runtime = max(ours, again[0]), min(runtime, again[1])
             except Exception as e:  # noqa: BLE001 (a micro-model ORT refuses is left to the static policy)
                 self.failures[group.key] = str(e)
