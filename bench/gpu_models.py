@@ -86,6 +86,8 @@ def main() -> int:
         fused = f"{sum(d.fused for d in report.decisions)}/{len(report.decisions)}"
         print(f"{name}: {fused} fused, optimize {seconds:.1f} s ({report.pass_seconds.get('measure', 0):.1f} s "
               f"measuring)", flush=True)
+        for note in report.notes:
+            print(f"  note: {note}", flush=True)
         for d in report.decisions:
             print(f"  {d.node} {d.pattern} {d.batches} ours {d.ours_us} runtime {d.runtime_us} "
                   f"{'FUSED' if d.fused else 'no'}: {d.reason}", flush=True)

@@ -32,11 +32,9 @@ def baseline(model: onnx.ModelProto, target: str, precision: str) -> onnx.ModelP
     precision with nothing fused."""
     if precision == "fp32":
         return model
-    from .pipeline import FusionPolicy, optimize_model  # noqa: PLC0415
+    from .pipeline import unfused_model  # noqa: PLC0415
 
-    converted, _ = optimize_model(model, target=target, precision=precision, policy=FusionPolicy(mode="always"),
-                                  kernel_query=lambda t, d: (0, "baseline: precision only"))
-    return converted
+    return unfused_model(model, target, precision)
 
 
 class _CpuRunner:

@@ -1,5 +1,5 @@
 """The optimizer pipeline: load → canonicalize → fold BN → fuse → layout → GPU pools (ort-cuda fp16) → precision →
-input layout (ort-cuda) → cleanup → save."""
+input layout (ort-cuda) → cleanup → whole-model check (where fusions were measured here) → save."""
 from __future__ import annotations
 
 import gc
@@ -25,7 +25,7 @@ from .passes.fuse_conv import fuse_conv
 from .passes.gpu_pools import gpu_pools
 from .passes.input_layout import input_layout
 from .passes.layout import layout
-from .passes.load import load_model_split, validate
+from .passes.load import load_model, load_model_split, validate
 from .passes.pool_as_conv import pool_as_conv
 from .passes.precision import precision as convert_precision
 from .passes.save import check_output_path, save_model
@@ -38,6 +38,7 @@ LARGE_MODEL_BYTES = 32 * 2**20
 # side and batch size, cuDNN's algorithm search in each): ResNet-50 at two batch sizes took 60 s on an
 # H200, YOLOv8s 134 s. The cache makes a second optimization of the same model free.
 MEASURE_BUDGET_S = {"ort-cpu": 30.0, "ort-cuda": 300.0, "tensorrt": 0.0}
+MODEL_CHECK_ROUNDS = 15  # interleaved rounds of the whole-model check, per batch size
 
 
 @dataclass
@@ -61,6 +62,19 @@ class FusionPolicy:
     cache_path: str | None = None
     clock: object = time.perf_counter
     export_costs: str | None = None
+    model_check: object | None = None
+
+    def model_checker(self):
+        """How the whole-model check times a model against the original: `model_check` (a callable like
+        `optimizer.compare.compare`, for tests), False for no check, or by default ONNX Runtime on the
+        target, when the fusions' times were measured with ONNX Runtime here (not with a test's timer)."""
+        if self.model_check is False or (self.model_check is None and self.timer is not None):
+            return None
+        if self.model_check is None:
+            from .compare import compare  # noqa: PLC0415 (onnxruntime loads on first use)
+
+            return compare
+        return self.model_check
 
     def resolved_mode(self) -> str:
         mode = self.mode or os.environ.get("EPIFUSE_FUSE", "auto")
@@ -144,7 +158,77 @@ def optimize_model(model: onnx.ModelProto, *, target: str = "ort-cpu", precision
     split, report = optimize_graph(graph, skeleton(model, keep_small=False, weights_as_inputs=False),
                                    target=target, precision=precision, report=report, kernel_query=kernel_query,
                                    progress=progress, stop_after=stop_after, policy=policy)
-    return split.to_model(), report
+    optimized = split.to_model()
+    check = _model_checker(report, target, policy, stop_after)
+    if check is not None and _whole_model_slower(check, model, optimized, target, precision, policy, report, progress):
+        optimized = unfused_model(model, target, precision, report)
+    return optimized, report
+
+
+def _nothing_fuses(target: str, desc: dict) -> tuple[int, str]:
+    return 0, "nothing fuses"
+
+
+def unfused_model(model: onnx.ModelProto, target: str, precision: str, report: Report | None = None) -> onnx.ModelProto:
+    """`model` with BatchNorms folded and the precision converted, nothing fused: what the whole-model
+    check falls back to, and the baseline `epifuse compare` runs low-precision originals as. With
+    `report`, the fused model's report is made to describe it (its decisions kept, marked not fused)."""
+    unfused, plain = optimize_model(model, target=target, precision=precision, policy=FusionPolicy(mode="always"),
+                                    kernel_query=_nothing_fuses)
+    if report is not None:
+        for field_name in ("nodes_after", "ops_after", "fusions", "transposes_inserted", "transposes_removed",
+                           "activation_bytes_saved"):
+            setattr(report, field_name, getattr(plain, field_name))
+    return unfused
+
+
+def _model_checker(report: Report, target: str, policy: FusionPolicy | None, stop_after: str | None = None):
+    """The whole-model check's timer, or None where there is nothing to check: no fusion decided by
+    times measured here, a target ONNX Runtime does not run, or `inspect`'s partial pipeline."""
+    policy = policy or FusionPolicy()
+    if stop_after is not None or target not in ("ort-cpu", "ort-cuda"):
+        return None
+    if not any(d.fused and d.source.startswith("measured") for d in report.decisions):
+        return None
+    return policy.model_checker()
+
+
+def _whole_model_slower(check, original: onnx.ModelProto, optimized: onnx.ModelProto, target: str, precision: str,
+                        policy: FusionPolicy | None, report: Report, progress=None) -> bool:
+    """The whole-model check. Each candidate was timed alone; together they can still lose (Transposes
+    the region estimate missed, kernels that share the GPU's caches differently), so where the times
+    were measured on this machine the optimized model is also run against the original, interleaved,
+    at each batch size decided for. Where it is slower at one of them, every fusion is dropped (as
+    TensorRT keeps the faster of the engines built with and without a plugin): True, with the
+    decisions and notes in `report` saying why."""
+    policy = policy or FusionPolicy()
+    if progress is not None:
+        progress("whole-model check")
+    dims = original.graph.input[0].type.tensor_type.shape.dim if original.graph.input else []
+    static = dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0
+    batches = [dims[0].dim_value] if static else list(policy.batches)
+    start = time.perf_counter()
+    verdict = ""
+    try:
+        for batch in batches:
+            result = check(original, optimized, backend=target, batch=batch, precision=precision, rounds=MODEL_CHECK_ROUNDS)
+            report.notes.append(f"whole-model check at batch {result['batch']}: {result['speedup']:.3f}x "
+                                f"(interquartile {result['speedup_q1']:.3f}-{result['speedup_q3']:.3f}x)")
+            if result["slower"]:
+                verdict = f"the fused model ran {result['speedup']:.3f}x the original's speed at batch {result['batch']}"
+                break
+    except Exception as e:  # noqa: BLE001 (a check that cannot run leaves the measured decisions as they are)
+        report.notes.append(f"whole-model check not run: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+    finally:
+        # timing on the target, like the candidates' measurements: counted as measuring, not as a pass
+        report.pass_seconds["measure"] = report.pass_seconds.get("measure", 0.0) + time.perf_counter() - start
+    if not verdict:
+        return False
+    for d in report.decisions:
+        if d.fused:
+            d.fused, d.reason = False, f"{d.reason}; dropped: {verdict}"
+    report.notes.append(f"{verdict}: every fusion dropped (BatchNorms still folded)")
+    return True
 
 
 def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, precision: str, report: Report,
@@ -165,6 +249,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     with _timed(report, "canonicalize", progress, free_memory):
         graph = canonicalize(graph, report)
     decider = make_decider(policy or FusionPolicy(), target, precision, report)
+    if progress is not None and isinstance(decider.costs, MeasuredCosts):
+        decider.costs.progress = progress  # minutes of measuring on a GPU: say which candidate is timed
     with _timed(report, "fc_as_conv", progress, free_memory, decider.costs):  # before fusion: its convs fuse
         graph = fc_as_conv(graph, report, target, decider, kernel_query)
     with _timed(report, "pool_as_conv", progress, free_memory, decider.costs):
@@ -241,6 +327,16 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
                                        progress=progress, kernel_query=kernel_query, free_memory=large,
                                        policy=policy)
     del graph
+    check = _model_checker(report, target, policy)
+    if check is not None:
+        try:
+            original, candidate = load_model(in_path), optimized.to_model()
+        except Exception as e:  # noqa: BLE001 (over protobuf's 2 GB, say: the measured decisions stand)
+            report.notes.append(f"whole-model check not run: {str(e).splitlines()[0][:200]}")
+        else:
+            if _whole_model_slower(check, original, candidate, target, precision, policy, report, progress):
+                optimized = unfused_model(original, target, precision, report)
+            del original, candidate
     with _timed(report, "save", progress):
         save_model(optimized, out_path, in_path, referenced)
     return report

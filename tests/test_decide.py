@@ -296,3 +296,81 @@ def test_a_classifier_gemm_becomes_a_conv_only_where_the_fused_conv_wins(tmp_pat
     feeds = feeds_for(model)
     np.testing.assert_allclose(run_ort(optimized, feeds, library=True)[0], run_ort(model, feeds)[0],
                                rtol=2e-2, atol=2e-2)
+
+
+class FakeModelCheck:
+    """The whole-model check's timer: a speed-up per batch size, as optimizer.compare.compare reports it."""
+
+    def __init__(self, speedups: dict[int, float], error: Exception | None = None):
+        self.speedups, self.error = speedups, error
+        self.batches: list[int] = []
+
+    def __call__(self, original, optimized, *, backend, batch, precision, rounds):
+        self.batches.append(batch)
+        assert contract.OP_TYPE in [n.op_type for n in optimized.graph.node]  # it times the fused model
+        if self.error is not None:
+            raise self.error
+        s = self.speedups[batch]
+        return {"batch": batch, "speedup": s, "speedup_q1": s - 0.01, "speedup_q3": s + 0.01, "slower": s + 0.01 < 1.0}
+
+
+def test_a_model_slower_as_a_whole_at_one_batch_size_comes_back_unfused(tmp_path):
+    model, (a, b) = _chain(2, batch="N")
+    check = FakeModelCheck({1: 1.3, 16: 0.93})
+    optimized, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
+                                  target="ort-cpu", precision="fp32", batches=(1, 16), model_check=check)
+    assert check.batches == [1, 16]
+    ops = [n.op_type for n in optimized.graph.node]
+    assert contract.OP_TYPE not in ops and "BatchNormalization" not in ops and "Transpose" not in ops
+    assert _fused_convs(report) == [] and report.fused_count() == 0
+    assert all("dropped: the fused model ran 0.930x the original's speed at batch 16" in d.reason
+               for d in report.decisions)
+    assert any("every fusion dropped" in n for n in report.notes)
+    feeds = feeds_for(model, batch=2)
+    np.testing.assert_allclose(run_ort(optimized, feeds, library=True)[0], run_ort(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_not_slower_as_a_whole_keeps_its_fusions(tmp_path):
+    model, (a, b) = _chain(2, batch="N")
+    check = FakeModelCheck({1: 1.2, 16: 0.995})  # within noise of 1: not slower
+    optimized, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
+                                  batches=(1, 16), model_check=check)
+    assert _fused_convs(report) == [a, b] and check.batches == [1, 16]
+    assert [n.op_type for n in optimized.graph.node].count(contract.OP_TYPE) == 2
+    assert [n for n in report.notes if n.startswith("whole-model check at batch")] == [
+        "whole-model check at batch 1: 1.200x (interquartile 1.190-1.210x)",
+        "whole-model check at batch 16: 0.995x (interquartile 0.985-1.005x)"]
+
+
+def test_the_whole_model_check_runs_a_static_batch_at_its_own_size_only(tmp_path):
+    model, (a,) = _chain(1, batch=3)
+    check = FakeModelCheck({3: 1.1})
+    _optimize(model, FakeTimer({a: (10.0, 20.0)}), tmp_path=tmp_path, batches=(1, 16), model_check=check)
+    assert check.batches == [3]
+
+
+def test_no_whole_model_check_without_a_measured_fusion_or_when_turned_off(tmp_path):
+    model, (a,) = _chain(1)
+    check = FakeModelCheck({1: 0.5})
+    _, slower = _optimize(model, FakeTimer({a: (30.0, 20.0)}), tmp_path=tmp_path, model_check=check)
+    assert check.batches == [] and _fused_convs(slower) == []
+    _, off = _optimize(model, FakeTimer({a: (10.0, 20.0)}), tmp_path=tmp_path / "x", model_check=False)
+    assert _fused_convs(off) == [a]
+    assert FusionPolicy(timer=FakeTimer({})).model_checker() is None  # a test's timer: no real run by default
+
+
+def test_a_whole_model_check_that_cannot_run_leaves_the_measured_decisions(tmp_path):
+    model, (a,) = _chain(1)
+    check = FakeModelCheck({}, error=RuntimeError("CUDA graph capture failed"))
+    _, report = _optimize(model, FakeTimer({a: (10.0, 20.0)}), tmp_path=tmp_path, model_check=check)
+    assert _fused_convs(report) == [a]
+    assert "whole-model check not run: CUDA graph capture failed" in report.notes
+
+
+def test_a_timer_that_reads_each_win_several_times_is_not_asked_twice(tmp_path):
+    model, (a,) = _chain(1)
+    timer = FakeTimer({a: [(5.0, 20.0), (30.0, 19.0)]})
+    timer.confirms_wins = True
+    _, report = _optimize(model, timer, tmp_path=tmp_path)
+    assert timer.calls == [(a, 1)] and _fused_convs(report) == [a]
