@@ -50,12 +50,24 @@ def static_verdict(target: str, dtype: str, kernels: list[str]) -> tuple[bool, s
     return True, f"static: {kernels[0] if kernels else 'a kernel'} (tensor-core, depthwise or GEMV)"
 
 
+EXCLUDED = "left out by the whole-model check (its largest tensors first)"
+
+
+def _elements(groups: list[FusionGroup | None]) -> int:
+    g = next((g for g in groups if g is not None), None)
+    if g is None:
+        return 0
+    shapes = [g.x_shape, g.y_shape] + ([g.z_shape] if g.z_shape is not None and g.z is not g.x else [])
+    return int(sum(np.prod(s) for s in shapes))
+
+
 @dataclass
 class Verdict:
     fuse: bool
     reason: str
     timings: list[Timing | None] = field(default_factory=list)  # one per batch size
     fixed: bool = False     # not weighed per region: unmeasured, or approved by an earlier pass
+    elements: int = 0       # the group's data in and out, in elements, at the first batch size (0: unknown)
 
     def measured(self) -> bool:
         return bool(self.timings) and all(t is not None for t in self.timings)
@@ -65,13 +77,14 @@ class Decider:
     """Local verdicts for the fuse pass (`verdict`) and the per-region adjustment (`choose_regions`)."""
 
     def __init__(self, target: str, precision: str, mode: str = "auto", costs: Costs | None = None,
-                 batches: tuple[int, ...] = (1,)):
+                 batches: tuple[int, ...] = (1,), excluded: frozenset[str] = frozenset()):
         if mode not in MODES:
             raise ValueError(f"unknown fusion mode {mode!r} (one of {', '.join(MODES)})")
         self.target, self.precision, self.mode = target, precision, mode
         self.costs = costs or Costs()
         self.batches = tuple(batches) or (1,)
         self.approved: dict[str, Verdict] = {}  # convs an earlier pass wrote on a positive verdict
+        self.excluded = excluded  # candidates the whole-model check left out (by the report's node name)
         self._shapes: dict[int, dict[str, tuple[int, ...]]] = {}  # batch -> shapes inferred with it
 
     def shape_at(self, graph: gs.Graph, t: gs.Tensor, batch: int) -> tuple[int, ...] | None:
@@ -119,6 +132,8 @@ class Decider:
         """For a pass that would rewrite `nodes` (a Gemm, a pool) as the conv `conv_name` only so that it
         fuses: the verdict on that fusion against the runtime running `nodes` as they are. A positive one
         is kept, and the fuse pass fuses that conv without asking again."""
+        if conv_name in self.excluded:
+            return Verdict(False, EXCLUDED, fixed=True)
         count, reason = kernel_query(self.target, {f: getattr(desc, f) for f in desc.__dataclass_fields__})
         if count == 0:
             return Verdict(False, f"no kernel: {reason}", fixed=True)
@@ -134,12 +149,14 @@ class Decider:
         `kernels()`: the registry's kernels for it, best first (asked only by the static policy)."""
         if name in self.approved:
             return self.approved[name]
+        if name and name in self.excluded:
+            return Verdict(False, EXCLUDED, fixed=True)
         if self.mode == "always":
             return Verdict(True, "fused wherever a kernel exists (fuse=always)", fixed=True)
         timings = [self.costs.group_timing(g) if g is not None and self.mode == "auto" else None for g in groups]
         if self.mode == "auto" and timings and all(t is not None for t in timings):
             faster = all(t.ours_us < FUSE_MARGIN * t.runtime_us for t in timings)
-            return Verdict(faster, "faster" if faster else "slower", timings)
+            return Verdict(faster, "faster" if faster else "slower", timings, elements=_elements(groups))
         fuse, why = static_verdict(self.target, desc_dtype, kernels() if kernels else [])
         if self.mode == "auto":
             unknown = next((g for g, t in zip(groups, timings) if g is not None and t is None), None)

@@ -7,7 +7,7 @@ import os
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -63,6 +63,7 @@ class FusionPolicy:
     clock: object = time.perf_counter
     export_costs: str | None = None
     model_check: object | None = None
+    exclude: frozenset[str] = frozenset()  # candidates (report node names) never fused: the check's variants
 
     def model_checker(self):
         """How the whole-model check times a model against the original: `model_check` (a callable like
@@ -117,7 +118,7 @@ def make_decider(policy: FusionPolicy, target: str, precision: str, report: Repo
     if policy.export_costs and not isinstance(costs, MeasuredCosts):
         raise EpifuseError(f"--export-costs needs measuring on the target here ({costs.description})")
     report.costs = f"{mode}: {costs.description}"
-    return Decider(target, precision, mode, costs, policy.batches)
+    return Decider(target, precision, mode, costs, policy.batches, policy.exclude)
 
 
 def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
@@ -160,8 +161,9 @@ def optimize_model(model: onnx.ModelProto, *, target: str = "ort-cpu", precision
                                    progress=progress, stop_after=stop_after, policy=policy)
     optimized = split.to_model()
     check = _model_checker(report, target, policy, stop_after)
-    if check is not None and _whole_model_slower(check, model, optimized, target, precision, policy, report, progress):
-        optimized = unfused_model(model, target, precision, report)
+    if check is not None:
+        optimized = _whole_model_check(check, model, optimized, target, precision, policy, report, progress,
+                                       kernel_query)
     return optimized, report
 
 
@@ -193,14 +195,16 @@ def _model_checker(report: Report, target: str, policy: FusionPolicy | None, sto
     return policy.model_checker()
 
 
-def _whole_model_slower(check, original: onnx.ModelProto, optimized: onnx.ModelProto, target: str, precision: str,
-                        policy: FusionPolicy | None, report: Report, progress=None) -> bool:
-    """The whole-model check. Each candidate was timed alone; together they can still lose (Transposes
-    the region estimate missed, kernels that share the GPU's caches differently), so where the times
-    were measured on this machine the optimized model is also run against the original, interleaved,
-    at each batch size decided for. Where it is slower at one of them, every fusion is dropped (as
-    TensorRT keeps the faster of the engines built with and without a plugin): True, with the
-    decisions and notes in `report` saying why."""
+def _whole_model_check(check, original: onnx.ModelProto, optimized: onnx.ModelProto, target: str, precision: str,
+                       policy: FusionPolicy | None, report: Report, progress=None, kernel_query=None) -> onnx.ModelProto:
+    """The whole-model check: the model to keep. Each candidate was timed alone; together they can still
+    lose (Transposes the region estimate missed, layers that share the caches), so where the times were
+    measured on this machine the optimized model also runs against the original, interleaved, at each
+    batch size decided for. Where it is slower at one of them, the fusions on the largest tensors go
+    first (where layout and memory traffic, which a candidate's own time does not see, weigh most):
+    the candidates with the smaller half, then the smallest quarter, of the data are kept, and the first
+    of those not slower at any batch size is kept; else nothing fuses (as TensorRT keeps the faster of
+    the engines built with and without a plugin). `report` says what was run and why."""
     policy = policy or FusionPolicy()
     if progress is not None:
         progress("whole-model check")
@@ -208,27 +212,54 @@ def _whole_model_slower(check, original: onnx.ModelProto, optimized: onnx.ModelP
     static = dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0
     batches = [dims[0].dim_value] if static else list(policy.batches)
     start = time.perf_counter()
-    verdict = ""
+
+    def slower_at(model: onnx.ModelProto, what: str) -> str | None:
+        """Why `model` is slower than the original ("" where it is not), None where the check cannot run."""
+        try:
+            for batch in batches:
+                r = check(original, model, backend=target, batch=batch, precision=precision, rounds=MODEL_CHECK_ROUNDS)
+                report.notes.append(f"whole-model check, {what}, batch {r['batch']}: {r['speedup']:.3f}x "
+                                    f"(interquartile {r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}x)")
+                if r["slower"]:
+                    return f"{what} ran {r['speedup']:.3f}x the original's speed at batch {r['batch']}"
+            return ""
+        except Exception as e:  # noqa: BLE001 (a check that cannot run leaves the measured decisions as they are)
+            report.notes.append(f"whole-model check not run: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+            return None
+
     try:
-        for batch in batches:
-            result = check(original, optimized, backend=target, batch=batch, precision=precision, rounds=MODEL_CHECK_ROUNDS)
-            report.notes.append(f"whole-model check at batch {result['batch']}: {result['speedup']:.3f}x "
-                                f"(interquartile {result['speedup_q1']:.3f}-{result['speedup_q3']:.3f}x)")
-            if result["slower"]:
-                verdict = f"the fused model ran {result['speedup']:.3f}x the original's speed at batch {result['batch']}"
-                break
-    except Exception as e:  # noqa: BLE001 (a check that cannot run leaves the measured decisions as they are)
-        report.notes.append(f"whole-model check not run: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
+        fused = sorted((d for d in report.decisions if d.fused), key=lambda d: -d.elements)
+        verdict = slower_at(optimized, f"the model with all {len(fused)} fusions")
+        if not verdict:
+            return optimized
+        tried = {len(fused)}
+        for share in (2, 4):
+            keep = len(fused) // share
+            if keep == 0 or keep in tried:
+                continue
+            tried.add(keep)
+            excluded = frozenset(d.node for d in fused[:len(fused) - keep])
+            variant, variant_report = optimize_model(
+                original, target=target, precision=precision, kernel_query=kernel_query,
+                policy=replace(policy, exclude=excluded, model_check=False, export_costs=None))
+            kept = sum(d.fused for d in variant_report.decisions)
+            some = f"{kept} fusion{'s' if kept > 1 else ''} on the smallest tensors"
+            if kept and slower_at(variant, f"the model with the {some}") == "":
+                notes = report.notes + [f"{verdict}: kept the {some}"]
+                seconds = report.pass_seconds
+                for f in fields(Report):
+                    if f.name not in ("model", "notes", "pass_seconds", "verify", "bench"):
+                        setattr(report, f.name, getattr(variant_report, f.name))
+                report.notes, report.pass_seconds = notes, seconds
+                return variant
+        for d in report.decisions:
+            if d.fused:
+                d.fused, d.reason = False, f"{d.reason}; dropped: {verdict}"
+        report.notes.append(f"{verdict}: every fusion dropped (BatchNorms still folded)")
+        return unfused_model(original, target, precision, report)
     finally:
         # timing on the target, like the candidates' measurements: counted as measuring, not as a pass
         report.pass_seconds["measure"] = report.pass_seconds.get("measure", 0.0) + time.perf_counter() - start
-    if not verdict:
-        return False
-    for d in report.decisions:
-        if d.fused:
-            d.fused, d.reason = False, f"{d.reason}; dropped: {verdict}"
-    report.notes.append(f"{verdict}: every fusion dropped (BatchNorms still folded)")
-    return True
 
 
 def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, precision: str, report: Report,
@@ -334,9 +365,11 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
         except Exception as e:  # noqa: BLE001 (over protobuf's 2 GB, say: the measured decisions stand)
             report.notes.append(f"whole-model check not run: {str(e).splitlines()[0][:200]}")
         else:
-            if _whole_model_slower(check, original, candidate, target, precision, policy, report, progress):
-                optimized = unfused_model(original, target, precision, report)
-            del original, candidate
+            checked = _whole_model_check(check, original, candidate, target, precision, policy, report, progress,
+                                         kernel_query)
+            if checked is not candidate:
+                optimized = checked
+            del original, candidate, checked
     with _timed(report, "save", progress):
         save_model(optimized, out_path, in_path, referenced)
     return report

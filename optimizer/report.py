@@ -25,6 +25,7 @@ class Decision:
     ours_us: list[float] = field(default_factory=list)
     runtime_us: list[float] = field(default_factory=list)
     source: str = ""
+    elements: int = 0   # the group's data in and out (elements, first batch size): the check's ordering
 
 
 @dataclass
@@ -62,7 +63,7 @@ class Report:
             [round(t.ours_us, 2) for t in verdict.timings] if timed else [],
             [round(t.runtime_us, 2) for t in verdict.timings] if timed else [],
             verdict.timings[0].source if timed else "static policy" if not verdict.reason.startswith("fused wherever")
-            else "fuse=always"))
+            else "fuse=always", verdict.elements))
 
     def fused_count(self) -> int:
         return sum(self.fusions.values())

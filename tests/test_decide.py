@@ -299,31 +299,41 @@ def test_a_classifier_gemm_becomes_a_conv_only_where_the_fused_conv_wins(tmp_pat
 
 
 class FakeModelCheck:
-    """The whole-model check's timer: a speed-up per batch size, as optimizer.compare.compare reports it."""
+    """The whole-model check's timer, as optimizer.compare.compare reports: `speedup(ks, batch)` gives
+    the speed-up of a model whose FusedConvs have the output widths `ks` (which candidates fused)."""
 
-    def __init__(self, speedups: dict[int, float], error: Exception | None = None):
-        self.speedups, self.error = speedups, error
-        self.batches: list[int] = []
+    def __init__(self, speedup, error: Exception | None = None):
+        self.speedup, self.error = speedup, error
+        self.calls: list[tuple[tuple[int, ...], int]] = []
+
+    @property
+    def batches(self) -> list[int]:
+        return [b for _, b in self.calls]
 
     def __call__(self, original, optimized, *, backend, batch, precision, rounds):
-        self.batches.append(batch)
-        assert contract.OP_TYPE in [n.op_type for n in optimized.graph.node]  # it times the fused model
+        weights = {t.name: t.dims for t in optimized.graph.initializer}
+        ks = tuple(sorted(weights[n.input[1]][0] for n in optimized.graph.node if n.op_type == contract.OP_TYPE))
+        self.calls.append((ks, batch))
         if self.error is not None:
             raise self.error
-        s = self.speedups[batch]
+        s = self.speedup(ks, batch)
         return {"batch": batch, "speedup": s, "speedup_q1": s - 0.01, "speedup_q3": s + 0.01, "slower": s + 0.01 < 1.0}
+
+
+def _by_batch(speedups: dict[int, float]):
+    return lambda ks, batch: speedups[batch]
 
 
 def test_a_model_slower_as_a_whole_at_one_batch_size_comes_back_unfused(tmp_path):
     model, (a, b) = _chain(2, batch="N")
-    check = FakeModelCheck({1: 1.3, 16: 0.93})
+    check = FakeModelCheck(_by_batch({1: 1.3, 16: 0.93}))
     optimized, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
                                   target="ort-cpu", precision="fp32", batches=(1, 16), model_check=check)
-    assert check.batches == [1, 16]
+    assert check.calls == [((8, 16), 1), ((8, 16), 16), ((8,), 1), ((8,), 16)]  # all, then the smaller half
     ops = [n.op_type for n in optimized.graph.node]
     assert contract.OP_TYPE not in ops and "BatchNormalization" not in ops and "Transpose" not in ops
     assert _fused_convs(report) == [] and report.fused_count() == 0
-    assert all("dropped: the fused model ran 0.930x the original's speed at batch 16" in d.reason
+    assert all("dropped: the model with all 2 fusions ran 0.930x the original's speed at batch 16" in d.reason
                for d in report.decisions)
     assert any("every fusion dropped" in n for n in report.notes)
     feeds = feeds_for(model, batch=2)
@@ -331,28 +341,50 @@ def test_a_model_slower_as_a_whole_at_one_batch_size_comes_back_unfused(tmp_path
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("fast_enough, kept", [({8, 16}, (8, 16)), ({8}, (8,))])
+def test_a_slower_model_keeps_the_fusions_on_its_smallest_tensors_where_those_are_not_slower(tmp_path, fast_enough, kept):
+    """Four convs widening 8 -> 32 channels: the last ones move the most data. The fused model loses at
+    batch 16; the check tries the smaller half of the fusions by data (c0, c1), then the smallest
+    quarter (c0), and keeps the first that is not slower."""
+    model, names = _chain(4, batch="N")
+    check = FakeModelCheck(lambda ks, batch: 1.1 if batch == 1 or set(ks) <= fast_enough else 0.9)
+    optimized, report = _optimize(model, FakeTimer({n: (10.0, 20.0) for n in names}), tmp_path=tmp_path,
+                                  target="ort-cpu", precision="fp32", batches=(1, 16), model_check=check)
+    assert [ks for ks, _ in check.calls][-1] == kept
+    assert tuple(sorted(8 * (int(n.split("/")[1][1:]) + 1) for n in _fused_convs(report))) == kept
+    assert [n.op_type for n in optimized.graph.node].count(contract.OP_TYPE) == len(kept)
+    left_out = [d for d in report.decisions if not d.fused]
+    assert left_out and all(d.reason.startswith("left out by the whole-model check") for d in left_out)
+    assert report.notes[-1] == (f"the model with all 4 fusions ran 0.900x the original's speed at batch 16: "
+                                f"kept the {len(kept)} fusion{'s' if len(kept) > 1 else ''} on the smallest tensors")
+    assert report.fused_count() == len(kept)
+    feeds = feeds_for(model)
+    np.testing.assert_allclose(run_ort(optimized, feeds, library=True)[0], run_ort(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_a_model_not_slower_as_a_whole_keeps_its_fusions(tmp_path):
     model, (a, b) = _chain(2, batch="N")
-    check = FakeModelCheck({1: 1.2, 16: 0.995})  # within noise of 1: not slower
+    check = FakeModelCheck(_by_batch({1: 1.2, 16: 0.995}))  # within noise of 1: not slower
     optimized, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
                                   batches=(1, 16), model_check=check)
     assert _fused_convs(report) == [a, b] and check.batches == [1, 16]
     assert [n.op_type for n in optimized.graph.node].count(contract.OP_TYPE) == 2
-    assert [n for n in report.notes if n.startswith("whole-model check at batch")] == [
-        "whole-model check at batch 1: 1.200x (interquartile 1.190-1.210x)",
-        "whole-model check at batch 16: 0.995x (interquartile 0.985-1.005x)"]
+    assert [n for n in report.notes if n.startswith("whole-model check")] == [
+        "whole-model check, the model with all 2 fusions, batch 1: 1.200x (interquartile 1.190-1.210x)",
+        "whole-model check, the model with all 2 fusions, batch 16: 0.995x (interquartile 0.985-1.005x)"]
 
 
 def test_the_whole_model_check_runs_a_static_batch_at_its_own_size_only(tmp_path):
     model, (a,) = _chain(1, batch=3)
-    check = FakeModelCheck({3: 1.1})
+    check = FakeModelCheck(_by_batch({3: 1.1}))
     _optimize(model, FakeTimer({a: (10.0, 20.0)}), tmp_path=tmp_path, batches=(1, 16), model_check=check)
     assert check.batches == [3]
 
 
 def test_no_whole_model_check_without_a_measured_fusion_or_when_turned_off(tmp_path):
     model, (a,) = _chain(1)
-    check = FakeModelCheck({1: 0.5})
+    check = FakeModelCheck(_by_batch({1: 0.5}))
     _, slower = _optimize(model, FakeTimer({a: (30.0, 20.0)}), tmp_path=tmp_path, model_check=check)
     assert check.batches == [] and _fused_convs(slower) == []
     _, off = _optimize(model, FakeTimer({a: (10.0, 20.0)}), tmp_path=tmp_path / "x", model_check=False)
@@ -362,7 +394,7 @@ def test_no_whole_model_check_without_a_measured_fusion_or_when_turned_off(tmp_p
 
 def test_a_whole_model_check_that_cannot_run_leaves_the_measured_decisions(tmp_path):
     model, (a,) = _chain(1)
-    check = FakeModelCheck({}, error=RuntimeError("CUDA graph capture failed"))
+    check = FakeModelCheck(_by_batch({}), error=RuntimeError("CUDA graph capture failed"))
     _, report = _optimize(model, FakeTimer({a: (10.0, 20.0)}), tmp_path=tmp_path, model_check=check)
     assert _fused_convs(report) == [a]
     assert "whole-model check not run: CUDA graph capture failed" in report.notes
