@@ -127,9 +127,11 @@ def _bench_backend(target: str) -> str:
 
 def _compare_files(original: str, optimized: str, **kwargs) -> dict:
     from .compare import compare  # noqa: PLC0415
-    from .passes.load import load_model  # noqa: PLC0415
+    from .passes.load import load_model_split  # noqa: PLC0415
 
-    return compare(load_model(original), load_model(optimized), **kwargs)
+    for path in (original, optimized):
+        load_model_split(path)  # a clear error naming the file and what is wrong, before ONNX Runtime reads it
+    return compare(original, optimized, **kwargs)
 
 
 def cmd_optimize(args, console: Console) -> int:

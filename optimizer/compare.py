@@ -27,14 +27,33 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def baseline(model: onnx.ModelProto, target: str, precision: str) -> onnx.ModelProto:
+Model = onnx.ModelProto | str  # a model, or the path of one (ONNX Runtime then reads the file itself)
+
+
+def baseline(model: Model, target: str, precision: str) -> Model:
     """What ONNX Runtime is compared against: the original, or for fp16/bf16 the original in that
     precision with nothing fused."""
     if precision == "fp32":
         return model
+    from .passes.load import load_model  # noqa: PLC0415
     from .pipeline import unfused_model  # noqa: PLC0415
 
-    return unfused_model(model, target, precision)
+    return unfused_model(load_model(model) if isinstance(model, str) else model, target, precision)
+
+
+def _source(model: Model) -> str | bytes:
+    """What a session opens: a path as it is (no copy of the weights in this process beside the
+    session's own), a model serialized."""
+    return model if isinstance(model, str) else model.SerializeToString()
+
+
+def _graph_inputs(model: Model) -> onnx.ModelProto:
+    """A model whose inputs `random_inputs` can read: a path is read without its weights."""
+    if not isinstance(model, str):
+        return model
+    from .passes.load import load_model_split  # noqa: PLC0415
+
+    return load_model_split(model)[0]
 
 
 class _CpuRunner:
@@ -44,7 +63,7 @@ class _CpuRunner:
     def __init__(self, model: onnx.ModelProto, feeds: dict):
         from .runtime import create_session  # noqa: PLC0415
 
-        self.session = create_session(model.SerializeToString(), backend="ort-cpu", allow_spinning=False)
+        self.session = create_session(_source(model), backend="ort-cpu", allow_spinning=False)
         self.feeds = feeds
 
     def __call__(self) -> float:
@@ -85,12 +104,12 @@ class _CudaRunner:
         return time.perf_counter() - start
 
 
-def _runners(model: onnx.ModelProto, feeds: dict, backend: str) -> list:
+def _runners(model: Model, feeds: dict, backend: str) -> list:
     if backend == "ort-cpu":
         return [_CpuRunner(model, feeds)]
     from .runtime import create_session  # noqa: PLC0415
 
-    data = model.SerializeToString()
+    data = _source(model)
     probe = create_session(data, backend="ort-cuda")
     outputs = dict(zip([o.name for o in probe.get_outputs()], probe.run(None, feeds)))  # shapes a graph can keep
     del probe
@@ -104,9 +123,10 @@ def _best(runners: list, warmup: int) -> object:
     return min(runners, key=lambda r: statistics.median(r() for _ in range(max(warmup, 3))))
 
 
-def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, *, backend: str, batch: int = 1,
+def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
             precision: str = "fp32", rounds: int = 30, warmup: int = 3, progress=None) -> dict:
-    """Interleaved timing of `original` (its baseline, see `baseline`) and `optimized` on `backend`."""
+    """Interleaved timing of `original` (its baseline, see `baseline`) and `optimized` on `backend`;
+    each a model or the path of one."""
     if backend not in ("ort-cpu", "ort-cuda"):
         raise EpifuseError(f"compare runs on ort-cpu or ort-cuda, not {backend}")
     if rounds < 2:
@@ -114,7 +134,7 @@ def compare(original: onnx.ModelProto, optimized: onnx.ModelProto, *, backend: s
     from .verify import random_inputs  # noqa: PLC0415
 
     reference = baseline(original, backend, precision)
-    feeds = random_inputs(reference, batch=batch)
+    feeds = random_inputs(_graph_inputs(reference), batch=batch)
     sides = [_best(_runners(m, feeds, backend), warmup) for m in (reference, optimized)]
     for _ in range(warmup):
         for run in sides:

@@ -39,6 +39,12 @@ LARGE_MODEL_BYTES = 32 * 2**20
 # H200, YOLOv8s 134 s. The cache makes a second optimization of the same model free.
 MEASURE_BUDGET_S = {"ort-cpu": 30.0, "ort-cuda": 300.0, "tensorrt": 0.0}
 MODEL_CHECK_ROUNDS = 15  # interleaved rounds of the whole-model check, per batch size
+# The check holds the original and the optimized model in two sessions at once (on the CPU each with its
+# prepacked filters: about 4x the weights); above this it is left to `epifuse compare`.
+MODEL_CHECK_MAX_BYTES = 2**30
+# A model is slower where three rounds in four were (compare's "slower") or its median is below this:
+# never-slower means at least 0.97x, and the check's 15 rounds on a noisy CPU spread a few percent.
+MODEL_CHECK_FLOOR = 0.98
 
 
 @dataclass
@@ -159,8 +165,8 @@ def optimize_model(model: onnx.ModelProto, *, target: str = "ort-cpu", precision
     split, report = optimize_graph(graph, skeleton(model, keep_small=False, weights_as_inputs=False),
                                    target=target, precision=precision, report=report, kernel_query=kernel_query,
                                    progress=progress, stop_after=stop_after, policy=policy)
+    check = _model_checker(report, target, policy, stop_after, sum(v.nbytes for v in split.weights.values()))
     optimized = split.to_model()
-    check = _model_checker(report, target, policy, stop_after)
     if check is not None:
         optimized = _whole_model_check(check, model, optimized, target, precision, policy, report, progress,
                                        kernel_query)
@@ -184,19 +190,27 @@ def unfused_model(model: onnx.ModelProto, target: str, precision: str, report: R
     return unfused
 
 
-def _model_checker(report: Report, target: str, policy: FusionPolicy | None, stop_after: str | None = None):
+def _model_checker(report: Report, target: str, policy: FusionPolicy | None, stop_after: str | None = None,
+                   weight_bytes: int = 0):
     """The whole-model check's timer, or None where there is nothing to check: no fusion decided by
-    times measured here, a target ONNX Runtime does not run, or `inspect`'s partial pipeline."""
+    times measured here, a target ONNX Runtime does not run, `inspect`'s partial pipeline, or weights
+    too large to hold in two sessions at once (the report says so)."""
     policy = policy or FusionPolicy()
     if stop_after is not None or target not in ("ort-cpu", "ort-cuda"):
         return None
     if not any(d.fused and d.source.startswith("measured") for d in report.decisions):
         return None
-    return policy.model_checker()
+    check = policy.model_checker()
+    if check is not None and weight_bytes > MODEL_CHECK_MAX_BYTES:
+        report.notes.append(f"whole-model check not run: {weight_bytes / 2**30:.1f} GiB of weights, over "
+                            f"{MODEL_CHECK_MAX_BYTES / 2**30:g} GiB (run `epifuse compare` on the target)")
+        return None
+    return check
 
 
-def _whole_model_check(check, original: onnx.ModelProto, optimized: onnx.ModelProto, target: str, precision: str,
-                       policy: FusionPolicy | None, report: Report, progress=None, kernel_query=None) -> onnx.ModelProto:
+def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, target: str,
+                       precision: str, policy: FusionPolicy | None, report: Report, progress=None,
+                       kernel_query=None) -> onnx.ModelProto | str:
     """The whole-model check: the model to keep. Each candidate was timed alone; together they can still
     lose (Transposes the region estimate missed, layers that share the caches), so where the times were
     measured on this machine the optimized model also runs against the original, interleaved, at each
@@ -204,11 +218,14 @@ def _whole_model_check(check, original: onnx.ModelProto, optimized: onnx.ModelPr
     first (where layout and memory traffic, which a candidate's own time does not see, weigh most):
     the candidates with the smaller half, then the smallest quarter, of the data are kept, and the first
     of those not slower at any batch size is kept; else nothing fuses (as TensorRT keeps the faster of
-    the engines built with and without a plugin). `report` says what was run and why."""
+    the engines built with and without a plugin). `report` says what was run and why. `original` and
+    `optimized` are models or paths (then ONNX Runtime reads the files: no copy of the weights here);
+    the result is `optimized` itself or another model."""
     policy = policy or FusionPolicy()
     if progress is not None:
         progress("whole-model check")
-    dims = original.graph.input[0].type.tensor_type.shape.dim if original.graph.input else []
+    inputs = load_model_split(original)[0].graph.input if isinstance(original, str) else original.graph.input
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else []
     static = dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0
     batches = [dims[0].dim_value] if static else list(policy.batches)
     start = time.perf_counter()
@@ -220,7 +237,7 @@ def _whole_model_check(check, original: onnx.ModelProto, optimized: onnx.ModelPr
                 r = check(original, model, backend=target, batch=batch, precision=precision, rounds=MODEL_CHECK_ROUNDS)
                 report.notes.append(f"whole-model check, {what}, batch {r['batch']}: {r['speedup']:.3f}x "
                                     f"(interquartile {r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}x)")
-                if r["slower"]:
+                if r["slower"] or r["speedup"] < MODEL_CHECK_FLOOR:
                     return f"{what} ran {r['speedup']:.3f}x the original's speed at batch {r['batch']}"
             return ""
         except Exception as e:  # noqa: BLE001 (a check that cannot run leaves the measured decisions as they are)
@@ -232,6 +249,8 @@ def _whole_model_check(check, original: onnx.ModelProto, optimized: onnx.ModelPr
         verdict = slower_at(optimized, f"the model with all {len(fused)} fusions")
         if not verdict:
             return optimized
+        if isinstance(original, str):
+            original = load_model(original)  # the variants are optimized again from it
         tried = {len(fused)}
         for share in (2, 4):
             keep = len(fused) // share
@@ -358,20 +377,23 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
                                        progress=progress, kernel_query=kernel_query, free_memory=large,
                                        policy=policy)
     del graph
-    check = _model_checker(report, target, policy)
-    if check is not None:
-        try:
-            original, candidate = load_model(in_path), optimized.to_model()
-        except Exception as e:  # noqa: BLE001 (over protobuf's 2 GB, say: the measured decisions stand)
-            report.notes.append(f"whole-model check not run: {str(e).splitlines()[0][:200]}")
-        else:
-            checked = _whole_model_check(check, original, candidate, target, precision, policy, report, progress,
-                                         kernel_query)
-            if checked is not candidate:
-                optimized = checked
-            del original, candidate, checked
     with _timed(report, "save", progress):
         save_model(optimized, out_path, in_path, referenced)
+    check = _model_checker(report, target, policy, weight_bytes=sum(v.nbytes for v in optimized.weights.values()))
+    if check is not None:
+        del optimized  # the check's sessions read both files: no copy of the weights here meanwhile
+        gc.collect()
+        try:
+            checked = _whole_model_check(check, in_path, out_path, target, precision, policy, report, progress,
+                                         kernel_query)
+            if checked is not out_path:
+                with _timed(report, "save", progress):
+                    save_model(checked, out_path, in_path, referenced)
+        except BaseException:  # interrupted, say: no output that the check did not pass
+            for path in (out_path, out_path + ".data"):
+                if os.path.isfile(path):
+                    os.unlink(path)
+            raise
     return report
 
 

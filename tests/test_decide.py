@@ -9,7 +9,7 @@ from models import activations as act
 from optimizer import contract
 from optimizer.costs import CostTable
 from optimizer.decide import FUSE_MARGIN, Decider, static_verdict
-from optimizer.pipeline import FusionPolicy, optimize_model
+from optimizer.pipeline import FusionPolicy, optimize_file, optimize_model
 from tests.helpers import conv_net, feeds_for, run_ort
 
 
@@ -311,6 +311,8 @@ class FakeModelCheck:
         return [b for _, b in self.calls]
 
     def __call__(self, original, optimized, *, backend, batch, precision, rounds):
+        if isinstance(optimized, str):  # optimize_file's check reads the written output
+            optimized = onnx.load(optimized)
         weights = {t.name: t.dims for t in optimized.graph.initializer}
         ks = tuple(sorted(weights[n.input[1]][0] for n in optimized.graph.node if n.op_type == contract.OP_TYPE))
         self.calls.append((ks, batch))
@@ -406,3 +408,30 @@ def test_a_timer_that_reads_each_win_several_times_is_not_asked_twice(tmp_path):
     timer.confirms_wins = True
     _, report = _optimize(model, timer, tmp_path=tmp_path)
     assert timer.calls == [(a, 1)] and _fused_convs(report) == [a]
+
+
+def test_optimize_file_checks_the_written_model_and_rewrites_it_with_the_kept_fusions(tmp_path):
+    model, names = _chain(4, batch="N")
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    check = FakeModelCheck(lambda ks, batch: 1.1 if set(ks) <= {8, 16} else 0.9)
+    policy = FusionPolicy(mode="auto", timer=FakeTimer({n: (10.0, 20.0) for n in names}), model_check=check,
+                          cache_path=str(tmp_path / "cache.json"))
+    report = optimize_file(str(src), str(out), target="ort-cpu", policy=policy)
+    assert [ks for ks, _ in check.calls] == [(8, 16, 24, 32), (8, 16)]
+    written = onnx.load(out)
+    assert [n.op_type for n in written.graph.node].count(contract.OP_TYPE) == 2 == report.fused_count()
+    feeds = feeds_for(model)
+    np.testing.assert_allclose(run_ort(written, feeds, library=True)[0], run_ort(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_an_interrupted_whole_model_check_leaves_no_output(tmp_path):
+    model, (a,) = _chain(1)
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    policy = FusionPolicy(mode="auto", timer=FakeTimer({a: (10.0, 20.0)}), cache_path=str(tmp_path / "cache.json"),
+                          model_check=FakeModelCheck(_by_batch({}), error=KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        optimize_file(str(src), str(out), target="ort-cpu", policy=policy)
+    assert not out.exists() and src.exists()
