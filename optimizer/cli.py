@@ -44,7 +44,8 @@ def _policy(args) -> FusionPolicy:
     if args.measure_budget is not None and args.measure_budget < 0:
         raise EpifuseError(f"--measure-budget must not be negative, got {args.measure_budget}")
     return FusionPolicy(mode=args.fuse, costs_file=args.costs, costs_device=args.costs_device,
-                        measure_budget_s=args.measure_budget, batches=_batches(args.batch))
+                        measure_budget_s=args.measure_budget, batches=_batches(args.batch),
+                        model_check=False if args.no_model_check else None)
 
 
 def _remove_output(path: str) -> None:
@@ -311,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "the cache makes reruns free)")
         p.add_argument("--batch", default="1", metavar="N[,N...]",
                        help="batch sizes to decide for where the batch dimension is symbolic (default 1)")
+        p.add_argument("--no-model-check", action="store_true",
+                       help="skip the whole-model check (the optimized model run against the original on the "
+                            "target, where fusions were measured here; it holds both models in memory)")
 
     p = sub.add_parser("optimize", help="optimize a model")
     p.add_argument("model")

@@ -435,3 +435,12 @@ def test_an_interrupted_whole_model_check_leaves_no_output(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         optimize_file(str(src), str(out), target="ort-cpu", policy=policy)
     assert not out.exists() and src.exists()
+
+
+def test_the_cli_turns_the_whole_model_check_off_on_request():
+    from optimizer.cli import _policy, build_parser
+
+    parse = build_parser().parse_args
+    assert _policy(parse(["optimize", "m.onnx", "-o", "o.onnx", "--no-model-check"])).model_checker() is None
+    assert _policy(parse(["optimize", "m.onnx", "-o", "o.onnx"])).model_check is None  # the default: checked
+    assert _policy(parse(["inspect", "m.onnx", "--no-model-check"])).model_check is False
