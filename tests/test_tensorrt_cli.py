@@ -59,3 +59,40 @@ def test_bench_tensorrt_without_a_runtime_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("epifuse: error:")
     assert any(word in err[0] for word in ("TensorRT", "GPU", "torch", "deserialize"))
+
+
+def test_the_plugins_engine_is_kept_only_where_clearly_faster():
+    from optimizer.tensorrt.faster import MARGIN, faster
+
+    assert faster({"epifuse": [1.0, 0.9, 1.1], "tensorrt": [1.2, 1.3, 1.2]}) == "epifuse"
+    assert faster({"epifuse": [1.0] * 3, "tensorrt": [1.0] * 3}) == "tensorrt"  # a tie: TensorRT's own
+    assert faster({"epifuse": [MARGIN * 1.001] * 3, "tensorrt": [1.0] * 3}) == "tensorrt"
+    assert faster({"epifuse": [0.5, 3.0, 0.5], "tensorrt": [0.6, 0.6, 0.6]}) == "epifuse"  # medians, not means
+
+
+def test_engines_are_timed_in_interleaved_rounds():
+    from optimizer.tensorrt.faster import interleaved_times
+
+    now, order = [0.0], []
+
+    def runner(name, seconds):
+        def run():
+            order.append(name)
+            now[0] += seconds
+        return run
+
+    times = interleaved_times({"epifuse": runner("e", 0.004), "tensorrt": runner("t", 0.005)}, rounds=4,
+                              clock=lambda: now[0])
+    assert times == {"epifuse": pytest.approx([4.0] * 4), "tensorrt": pytest.approx([5.0] * 4)}
+    timed = order[7:]  # after 3 warm-up runs each and one probe of the first
+    calls = 5  # ROUND_SECONDS (20 ms) of the first engine's 4 ms
+    assert timed == ["e"] * calls + ["t"] * calls + ["t"] * calls + ["e"] * calls + ["e"] * calls + ["t"] * calls \
+        + ["t"] * calls + ["e"] * calls
+
+
+def test_build_engine_original_names_a_bad_original_before_building(tmp_path, capsys):
+    bad = tmp_path / "orig.onnx"
+    bad.write_bytes(b"not a model")
+    assert cli.main(["build-engine", str(tmp_path / "m.onnx"), "--original", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "orig.onnx" in err and "not an ONNX model" in err

@@ -1,10 +1,14 @@
 """`epifuse build-engine`."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
+from ..contract import PRECISIONS
+from ..errors import EpifuseError
 from ..libraries import TRT_LIBRARY
-from .build import build_engine, parse_shapes
+from .build import EngineReport, build_engine, parse_shapes
 
 
 def add_build_engine_command(sub) -> None:
@@ -17,17 +21,45 @@ def add_build_engine_command(sub) -> None:
     p.add_argument("--plugin", metavar="LIB.so", help=f"plugin library (default: {TRT_LIBRARY} found like the others)")
     p.add_argument("--report", metavar="FILE.json", help="also write the layer list as JSON")
     p.add_argument("--verbose", action="store_true", help="print TensorRT's info messages too")
+    p.add_argument("--original", metavar="ORIG.onnx",
+                   help="the model before `epifuse optimize`: also build it (TensorRT fusing convs itself), time "
+                        "both engines here and keep the faster")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="with --original: the precision MODEL was optimized for (ORIG is converted to it)")
+    p.add_argument("--rounds", type=int, default=20, help="with --original: interleaved timing rounds")
     p.set_defaults(func=_cmd_build_engine)
 
 
 def _cmd_build_engine(args, console) -> int:
     output = args.output or str(Path(args.model).with_suffix(".plan"))
-    report = build_engine(args.model, output, min_shapes=parse_shapes(args.min), opt_shapes=parse_shapes(args.opt),
-                          max_shapes=parse_shapes(args.max), timing_cache=args.timing_cache,
-                          plugin_library=args.plugin, verbose=args.verbose)
+    options = dict(min_shapes=parse_shapes(args.min), opt_shapes=parse_shapes(args.opt), max_shapes=parse_shapes(args.max),
+                   timing_cache=args.timing_cache, plugin_library=args.plugin, verbose=args.verbose)
+    if args.original:
+        report = _build_faster(args, output, options, console)
+    else:
+        report = build_engine(args.model, output, **options)
     console.print(f"{report.tensorrt}: {report.plugin_layers} FusedConv plugin layers "
                   f"({report.fused_conv_nodes} FusedConv nodes), {len(report.layers)} layers")
     console.print(f"wrote {report.plan} ({report.plan_bytes} bytes)")
     if args.report:
         Path(args.report).write_text(report.to_json())
     return 0 if report.plugin_layers == report.fused_conv_nodes else 1
+
+
+def _build_faster(args, output: str, options: dict, console) -> EngineReport:
+    """--original: ORIG in MODEL's precision (the precision pass alone, nothing fused) against MODEL."""
+    from ..passes.load import load_model  # noqa: PLC0415
+    from ..passes.save import save_model  # noqa: PLC0415
+    from ..pipeline import unfused_model  # noqa: PLC0415
+    from .faster import build_faster_engine  # noqa: PLC0415
+
+    if args.rounds < 2:
+        raise EpifuseError(f"--rounds must be at least 2, got {args.rounds}")
+    original = load_model(args.original)  # a clear error naming the file where it is not a model
+    with tempfile.TemporaryDirectory(dir=Path(output).resolve().parent, prefix=".epifuse-original-") as tmp:
+        path = os.path.join(tmp, "original.onnx")
+        save_model(unfused_model(original, "tensorrt", args.precision), path)
+        del original
+        choice = build_faster_engine(args.model, path, output, rounds=args.rounds, **options)
+    console.print(choice.summary())
+    return choice.report
