@@ -199,6 +199,8 @@ class MeasuredCosts(Costs):
         return self.cache.entries.get((self.timer.device, self.timer.library, key))
 
     def _in_budget(self) -> bool:
+        if self.budget_s <= 0:  # a budget of 0: the cache's times only
+            self.spent = True
         if self.started is None:
             self.started = self.clock()
         if self.clock() - self.started > self.budget_s:

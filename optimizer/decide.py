@@ -132,7 +132,7 @@ class Decider:
         """For a pass that would rewrite `nodes` (a Gemm, a pool) as the conv `conv_name` only so that it
         fuses: the verdict on that fusion against the runtime running `nodes` as they are. A positive one
         is kept, and the fuse pass fuses that conv without asking again."""
-        if conv_name in self.excluded:
+        if conv_name in self.excluded or (nodes and nodes[0].name in self.excluded):
             return Verdict(False, EXCLUDED, fixed=True)
         count, reason = kernel_query(self.target, {f: getattr(desc, f) for f in desc.__dataclass_fields__})
         if count == 0:
@@ -149,8 +149,9 @@ class Decider:
         `kernels()`: the registry's kernels for it, best first (asked only by the static policy)."""
         if name in self.approved:
             return self.approved[name]
-        if name and name in self.excluded:
-            return Verdict(False, EXCLUDED, fixed=True)
+        if name in self.excluded:  # with the times it was measured at, for the report
+            timings = [self.costs.group_timing(g) if g is not None and self.mode == "auto" else None for g in groups]
+            return Verdict(False, EXCLUDED, timings, fixed=True, elements=_elements(groups))
         if self.mode == "always":
             return Verdict(True, "fused wherever a kernel exists (fuse=always)", fixed=True)
         timings = [self.costs.group_timing(g) if g is not None and self.mode == "auto" else None for g in groups]

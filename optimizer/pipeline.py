@@ -184,10 +184,16 @@ def unfused_model(model: onnx.ModelProto, target: str, precision: str, report: R
     unfused, plain = optimize_model(model, target=target, precision=precision, policy=FusionPolicy(mode="always"),
                                     kernel_query=_nothing_fuses)
     if report is not None:
-        for field_name in ("nodes_after", "ops_after", "fusions", "transposes_inserted", "transposes_removed",
-                           "activation_bytes_saved"):
-            setattr(report, field_name, getattr(plain, field_name))
+        _describe_with(report, plain, keep=("decisions", "costs"))
     return unfused
+
+
+def _describe_with(report: Report, other: Report, keep: tuple[str, ...] = ()) -> None:
+    """`report` made to describe the model `other` describes (the whole-model check kept that one), its
+    own notes, times, file name and the fields in `keep` kept."""
+    for f in fields(Report):
+        if f.name not in ("model", "notes", "pass_seconds", "verify", "bench") + keep:
+            setattr(report, f.name, getattr(other, f.name))
 
 
 def _model_checker(report: Report, target: str, policy: FusionPolicy | None, stop_after: str | None = None,
@@ -208,6 +214,17 @@ def _model_checker(report: Report, target: str, policy: FusionPolicy | None, sto
     return check
 
 
+def _batches_to_check(original: onnx.ModelProto, batches: tuple[int, ...]) -> list[int]:
+    """The batch sizes decided for where a data input (not a weight listed as an input) has a symbolic
+    first dimension; else one run, at the first data input's own batch size."""
+    weights = {t.name for t in original.graph.initializer}
+    firsts = [vi.type.tensor_type.shape.dim[0] for vi in original.graph.input
+              if vi.name not in weights and vi.type.tensor_type.shape.dim]
+    if any(not (d.HasField("dim_value") and d.dim_value > 0) for d in firsts):
+        return list(batches)
+    return [firsts[0].dim_value] if firsts else [1]
+
+
 def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, target: str,
                        precision: str, policy: FusionPolicy | None, report: Report, progress=None,
                        kernel_query=None) -> onnx.ModelProto | str:
@@ -216,66 +233,76 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
     measured on this machine the optimized model also runs against the original, interleaved, at each
     batch size decided for. Where it is slower at one of them, the fusions on the largest tensors go
     first (where layout and memory traffic, which a candidate's own time does not see, weigh most):
-    the candidates with the smaller half, then the smallest quarter, of the data are kept, and the first
-    of those not slower at any batch size is kept; else nothing fuses (as TensorRT keeps the faster of
-    the engines built with and without a plugin). `report` says what was run and why. `original` and
-    `optimized` are models or paths (then ONNX Runtime reads the files: no copy of the weights here);
-    the result is `optimized` itself or another model."""
+    the model with only the half, then the quarter, of the fused candidates with the least data is
+    optimized again from the measurements already made (nothing else fuses, nothing new is measured),
+    and the first not slower at any batch size is kept; else nothing fuses (as TensorRT keeps the
+    faster of the engines built with and without a plugin). `report` says what was run and why.
+    `original` and `optimized` are models or paths (ONNX Runtime then reads the files); the result is
+    `optimized` itself or another model."""
     policy = policy or FusionPolicy()
     if progress is not None:
         progress("whole-model check")
-    inputs = load_model_split(original)[0].graph.input if isinstance(original, str) else original.graph.input
-    dims = inputs[0].type.tensor_type.shape.dim if inputs else []
-    static = dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0
-    batches = [dims[0].dim_value] if static else list(policy.batches)
     start = time.perf_counter()
-
-    def slower_at(model: onnx.ModelProto, what: str) -> str | None:
-        """Why `model` is slower than the original ("" where it is not), None where the check cannot run."""
-        try:
-            for batch in batches:
-                r = check(original, model, backend=target, batch=batch, precision=precision, rounds=MODEL_CHECK_ROUNDS)
-                report.notes.append(f"whole-model check, {what}, batch {r['batch']}: {r['speedup']:.3f}x "
-                                    f"(interquartile {r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}x)")
-                if r["slower"] or r["speedup"] < MODEL_CHECK_FLOOR:
-                    return f"{what} ran {r['speedup']:.3f}x the original's speed at batch {r['batch']}"
-            return ""
-        except Exception as e:  # noqa: BLE001 (a check that cannot run leaves the measured decisions as they are)
-            report.notes.append(f"whole-model check not run: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}")
-            return None
-
     try:
-        fused = sorted((d for d in report.decisions if d.fused), key=lambda d: -d.elements)
+        def original_model() -> onnx.ModelProto:
+            """The original as a model, read from its file each time where it is a path (for the precision
+            conversion, a variant, the fallback), so no copy stays while sessions hold both models."""
+            return load_model(original) if isinstance(original, str) else original
+
+        reference = original if precision == "fp32" else unfused_model(original_model(), target, precision)
+        graph_of = load_model_split(original)[0] if isinstance(original, str) else original
+        batches = _batches_to_check(graph_of, policy.batches)
+
+        def slower_at(model: onnx.ModelProto | str, what: str, floor: float = MODEL_CHECK_FLOOR) -> str | None:
+            """Why `model` is slower than the original ("" where it is not), None where it cannot run."""
+            try:
+                for batch in batches:
+                    # the reference is already in `precision`: compared as it is
+                    r = check(reference, model, backend=target, batch=batch, precision="fp32",
+                              rounds=MODEL_CHECK_ROUNDS)
+                    report.notes.append(f"whole-model check, {what}, batch {r['batch']}: {r['speedup']:.3f}x "
+                                        f"(interquartile {r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}x)")
+                    if r["slower"] or r["speedup"] < floor:
+                        return f"{what} ran {r['speedup']:.3f}x the original's speed at batch {r['batch']}"
+                return ""
+            except Exception as e:  # noqa: BLE001 (ONNX Runtime refusing a session: the measured decisions stand)
+                report.notes.append(f"whole-model check not run: {type(e).__name__}: "
+                                    f"{str(e).splitlines()[0][:200] if str(e) else ''}")
+                return None
+
+        # largest data first, and first of all those fused unmeasured (static policy): the first dropped
+        fused = sorted((d for d in report.decisions if d.fused), key=lambda d: -(d.elements or float("inf")))
         verdict = slower_at(optimized, f"the model with all {len(fused)} fusions")
         if not verdict:
             return optimized
-        if isinstance(original, str):
-            original = load_model(original)  # the variants are optimized again from it
         tried = {len(fused)}
         for share in (2, 4):
             keep = len(fused) // share
             if keep == 0 or keep in tried:
                 continue
             tried.add(keep)
-            excluded = frozenset(d.node for d in fused[:len(fused) - keep])
+            kept_names = {d.node for d in fused[len(fused) - keep:]}
             variant, variant_report = optimize_model(
-                original, target=target, precision=precision, kernel_query=kernel_query,
-                policy=replace(policy, exclude=excluded, model_check=False, export_costs=None))
-            kept = sum(d.fused for d in variant_report.decisions)
-            some = f"{kept} fusion{'s' if kept > 1 else ''} on the smallest tensors"
-            if kept and slower_at(variant, f"the model with the {some}") == "":
-                notes = report.notes + [f"{verdict}: kept the {some}"]
-                seconds = report.pass_seconds
-                for f in fields(Report):
-                    if f.name not in ("model", "notes", "pass_seconds", "verify", "bench"):
-                        setattr(report, f.name, getattr(variant_report, f.name))
-                report.notes, report.pass_seconds = notes, seconds
+                original_model(), target=target, precision=precision, kernel_query=kernel_query,
+                policy=replace(policy, exclude=frozenset({d.node for d in report.decisions} - kept_names),
+                               measure_budget_s=0.0, model_check=False, export_costs=None))
+            variant_fused = {d.node for d in variant_report.decisions if d.fused}
+            if not variant_fused or not variant_fused <= kept_names:
+                continue  # never a fusion the full model did not have
+            if isinstance(optimized, str):  # the file under check becomes the variant, read by path again
+                save_model(variant, optimized)
+                variant = optimized
+            some = f"{len(variant_fused)} fusion{'s' if len(variant_fused) > 1 else ''} on the smallest tensors"
+            # a variant is kept only where it is not slower than nothing fused (1.0x) by the median either
+            if slower_at(variant, f"the model with the {some}", floor=1.0) == "":
+                report.notes.append(f"{verdict}: kept the {some}")
+                _describe_with(report, variant_report)
                 return variant
         for d in report.decisions:
             if d.fused:
                 d.fused, d.reason = False, f"{d.reason}; dropped: {verdict}"
         report.notes.append(f"{verdict}: every fusion dropped (BatchNorms still folded)")
-        return unfused_model(original, target, precision, report)
+        return unfused_model(original_model(), target, precision, report)
     finally:
         # timing on the target, like the candidates' measurements: counted as measuring, not as a pass
         report.pass_seconds["measure"] = report.pass_seconds.get("measure", 0.0) + time.perf_counter() - start
@@ -377,23 +404,30 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
                                        progress=progress, kernel_query=kernel_query, free_memory=large,
                                        policy=policy)
     del graph
-    with _timed(report, "save", progress):
-        save_model(optimized, out_path, in_path, referenced)
     check = _model_checker(report, target, policy, weight_bytes=sum(v.nbytes for v in optimized.weights.values()))
-    if check is not None:
+    if check is None:
+        with _timed(report, "save", progress):
+            save_model(optimized, out_path, in_path, referenced)
+        return report
+    # Checked under a hidden name beside the output, which it replaces only once checked: an interrupted
+    # or killed check leaves the previous output (if any) as it was. A checked model is under 1 GiB, so
+    # it never has an external-data file that a rename would orphan.
+    checking = os.path.join(os.path.dirname(os.path.abspath(out_path)),
+                            f".{os.path.basename(out_path)}.{os.getpid()}.checking.onnx")
+    try:
+        with _timed(report, "save", progress):
+            save_model(optimized, checking, in_path, referenced)
         del optimized  # the check's sessions read both files: no copy of the weights here meanwhile
         gc.collect()
-        try:
-            checked = _whole_model_check(check, in_path, out_path, target, precision, policy, report, progress,
-                                         kernel_query)
-            if checked is not out_path:
-                with _timed(report, "save", progress):
-                    save_model(checked, out_path, in_path, referenced)
-        except BaseException:  # interrupted, say: no output that the check did not pass
-            for path in (out_path, out_path + ".data"):
-                if os.path.isfile(path):
-                    os.unlink(path)
-            raise
+        checked = _whole_model_check(check, in_path, checking, target, precision, policy, report, progress,
+                                     kernel_query)
+        if checked is not checking:
+            with _timed(report, "save", progress):
+                save_model(checked, checking, in_path, referenced)
+        os.replace(checking, out_path)
+    finally:
+        if os.path.exists(checking):
+            os.unlink(checking)
     return report
 
 

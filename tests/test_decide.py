@@ -1,6 +1,8 @@
 """The cost decision (optimizer.decide): which candidates fuse given their times, per region, within a
 measuring budget, and by the static policy where nothing is known. The times come from a fake timer
 and the budget runs on a fake clock: these tests check the decisions, not this machine's speed."""
+from collections import Counter
+
 import numpy as np
 import onnx
 import pytest
@@ -399,7 +401,7 @@ def test_a_whole_model_check_that_cannot_run_leaves_the_measured_decisions(tmp_p
     check = FakeModelCheck(_by_batch({}), error=RuntimeError("CUDA graph capture failed"))
     _, report = _optimize(model, FakeTimer({a: (10.0, 20.0)}), tmp_path=tmp_path, model_check=check)
     assert _fused_convs(report) == [a]
-    assert "whole-model check not run: CUDA graph capture failed" in report.notes
+    assert "whole-model check not run: RuntimeError: CUDA graph capture failed" in report.notes
 
 
 def test_a_timer_that_reads_each_win_several_times_is_not_asked_twice(tmp_path):
@@ -426,15 +428,60 @@ def test_optimize_file_checks_the_written_model_and_rewrites_it_with_the_kept_fu
                                rtol=1e-4, atol=1e-5)
 
 
-def test_an_interrupted_whole_model_check_leaves_no_output(tmp_path):
+def test_an_interrupted_whole_model_check_leaves_the_previous_output_as_it_was(tmp_path):
     model, (a,) = _chain(1)
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(model, src)
+    out.write_bytes(b"the previous output")
     policy = FusionPolicy(mode="auto", timer=FakeTimer({a: (10.0, 20.0)}), cache_path=str(tmp_path / "cache.json"),
                           model_check=FakeModelCheck(_by_batch({}), error=KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         optimize_file(str(src), str(out), target="ort-cpu", policy=policy)
-    assert not out.exists() and src.exists()
+    assert out.read_bytes() == b"the previous output" and src.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.json", "in.onnx", "out.onnx"]  # no checking file
+
+
+def test_a_variant_never_fuses_what_the_full_model_did_not_nor_measures_anew(tmp_path):
+    """The measuring budget lets the first run time c0 and c1 only (c2-c5 follow the CPU's static
+    policy: not fused). The variant with the smaller half (c0) is optimized from those times alone."""
+    model, names = _chain(6, batch="N")
+    clock = FakeClock()
+    timer = FakeTimer({n: (10.0, 20.0) for n in names}, clock=clock, seconds_per_call=1.0)
+    timer.confirms_wins = True  # one reading a candidate
+    check = FakeModelCheck(lambda ks, batch: 1.1 if ks == (8,) else 0.9)
+    optimized, report = _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32",
+                                  model_check=check, measure_budget_s=1.5, clock=clock)
+    assert [c for c, _ in timer.calls] == names[:2]  # nothing measured for the variant
+    assert [ks for ks, _ in check.calls] == [(8, 16), (8,)]
+    assert _fused_convs(report) == [names[0]]
+    left_out = {d.node: d for d in report.decisions}[names[1]]
+    assert left_out.reason.startswith("left out by the whole-model check")
+    assert left_out.ours_us == [10.0] and left_out.runtime_us == [20.0]  # still with its measured times
+    assert report.ops_after == dict(Counter(n.op_type for n in optimized.graph.node))
+
+
+def test_a_model_dropped_to_unfused_reports_the_model_it_returns(tmp_path):
+    model, names = _chain(2, batch="N")
+    check = FakeModelCheck(lambda ks, batch: 0.9)
+    optimized, report = _optimize(model, FakeTimer({n: (10.0, 20.0) for n in names}), tmp_path=tmp_path,
+                                  model_check=check)
+    assert report.ops_after == dict(Counter(n.op_type for n in optimized.graph.node))
+    assert report.fused_count() == 0 and report.nodes_after == len(optimized.graph.node)
+
+
+def test_unnamed_convs_get_names_the_decisions_and_the_check_can_tell_apart(tmp_path):
+    model, names = _chain(4, batch="N")
+    for node in model.graph.node:
+        node.name = ""
+    check = FakeModelCheck(lambda ks, batch: 1.1 if set(ks) <= {8, 16} else 0.9)
+    timer = FakeTimer({})
+    timer.group_times = lambda group: (10.0, 20.0)
+    optimized, report = _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32",
+                                  model_check=check)
+    decided = [d.node for d in report.decisions]
+    assert len(decided) == 4 and all(decided) and len(set(decided)) == 4
+    assert [ks for ks, _ in check.calls] == [(8, 16, 24, 32), (8, 16)]
+    assert report.canonicalized["unnamed or duplicate node name → unique name"] == len(model.graph.node)
 
 
 def test_the_cli_turns_the_whole_model_check_off_on_request():
@@ -444,3 +491,12 @@ def test_the_cli_turns_the_whole_model_check_off_on_request():
     assert _policy(parse(["optimize", "m.onnx", "-o", "o.onnx", "--no-model-check"])).model_checker() is None
     assert _policy(parse(["optimize", "m.onnx", "-o", "o.onnx"])).model_check is None  # the default: checked
     assert _policy(parse(["inspect", "m.onnx", "--no-model-check"])).model_check is False
+
+
+def test_a_variant_no_faster_than_nothing_fused_is_not_kept(tmp_path):
+    model, names = _chain(4, batch="N")
+    check = FakeModelCheck(lambda ks, batch: 0.9 if len(ks) == 4 else 0.99)  # within the noise floor, below 1
+    optimized, report = _optimize(model, FakeTimer({n: (10.0, 20.0) for n in names}), tmp_path=tmp_path,
+                                  model_check=check)
+    assert [ks for ks, _ in check.calls] == [(8, 16, 24, 32), (8, 16), (8,)]
+    assert report.fused_count() == 0 and contract.OP_TYPE not in [n.op_type for n in optimized.graph.node]

@@ -1,5 +1,5 @@
 """Canonicalize: one spelling for things exporters write several ways, so the rewrites that
-follow match one form. Constant nodes become initializers, and so do Identity nodes of a constant
+follow match one form. Every node gets a unique name. Constant nodes become initializers, and so do Identity nodes of a constant
 (torch.onnx writes deduplicated weights that way: a ResNet-50 export reads 47 of its conv biases
 through Identity); Conv auto_pad becomes explicit pads;
 a constant per-channel Add right after a Conv becomes the Conv's bias. Activation formulations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..graph import constant_value, make_constant, producer, replace_uses, set_inputs, set_outputs, shape_of
+from ..graph import (constant_value, make_constant, producer, replace_uses, set_inputs, set_outputs, shape_of,
+                     unique_name)
 from ..report import Report
 
 
@@ -105,7 +106,19 @@ def bias_add_into_conv(graph: gs.Graph, report: Report) -> None:
             break
 
 
+def name_nodes(graph: gs.Graph, report: Report) -> None:
+    """Every node gets a name of its own (ONNX makes names optional): the report, the fusion decisions
+    and the whole-model check's variants refer to candidates by their node's name."""
+    seen: set[str] = set()
+    for i, node in enumerate(graph.nodes):
+        if not node.name or node.name in seen:
+            node.name = unique_name(graph, f"{node.op}_{i}")
+            report.canonicalized["unnamed or duplicate node name → unique name"] += 1
+        seen.add(node.name)
+
+
 def canonicalize(graph: gs.Graph, report: Report) -> gs.Graph:
+    name_nodes(graph, report)
     constants_to_initializers(graph, report)
     constant_identities(graph, report)
     resolve_auto_pad(graph, report)
