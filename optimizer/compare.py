@@ -123,6 +123,24 @@ def _best(runners: list, warmup: int) -> object:
     return min(runners, key=lambda r: statistics.median(r() for _ in range(max(warmup, 3))))
 
 
+def interleaved(sides: list, rounds: int, warmup: int, progress=None) -> list[list[float]]:
+    """Milliseconds per call of each side (a callable that runs once and returns its seconds) in each
+    of `rounds` rounds, the order reversing every round so drift in the machine's speed falls on all
+    alike; `warmup` untimed calls each first."""
+    for _ in range(warmup):
+        for run in sides:
+            run()
+    # a round runs each side for about ROUND_SECONDS, so a sub-millisecond model is not timed by one call
+    calls = max(1, min(1000, int(ROUND_SECONDS / max(min(run() for run in sides), 1e-6))))
+    times: list[list[float]] = [[] for _ in sides]
+    for r in range(rounds):
+        for i in (range(len(sides)) if r % 2 == 0 else reversed(range(len(sides)))):
+            times[i].append(sum(sides[i]() for _ in range(calls)) * 1e3 / calls)
+        if progress:
+            progress(r + 1, rounds)
+    return times
+
+
 def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
             precision: str = "fp32", rounds: int = 30, warmup: int = 3, progress=None) -> dict:
     """Interleaved timing of `original` (its baseline, see `baseline`) and `optimized` on `backend`;
@@ -136,18 +154,7 @@ def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
     reference = baseline(original, backend, precision)
     feeds = random_inputs(_graph_inputs(reference), batch=batch)
     sides = [_best(_runners(m, feeds, backend), warmup) for m in (reference, optimized)]
-    for _ in range(warmup):
-        for run in sides:
-            run()
-    # a round runs each model for about ROUND_SECONDS, so a sub-millisecond model is not timed by one call
-    calls = max(1, min(1000, int(ROUND_SECONDS / max(min(run() for run in sides), 1e-6))))
-    times: list[list[float]] = [[], []]
-    for r in range(rounds):
-        order = (0, 1) if r % 2 == 0 else (1, 0)
-        for i in order:
-            times[i].append(sum(sides[i]() for _ in range(calls)) * 1e3 / calls)
-        if progress:
-            progress(r + 1, rounds)
+    times = interleaved(sides, rounds, warmup, progress)
     ratios = [a / b for a, b in zip(*times)]
     q1, q3 = _quartiles(ratios)
     original_ms, optimized_ms = statistics.median(times[0]), statistics.median(times[1])

@@ -71,7 +71,9 @@ def test_the_plugins_engine_is_kept_only_where_clearly_faster():
 
 
 def test_engines_are_timed_in_interleaved_rounds():
-    from optimizer.tensorrt.faster import interleaved_times
+    """build-engine --original times the two engines with compare's interleaved rounds."""
+    from optimizer.compare import interleaved
+    from optimizer.tensorrt.faster import _timed
 
     now, order = [0.0], []
 
@@ -81,11 +83,13 @@ def test_engines_are_timed_in_interleaved_rounds():
             now[0] += seconds
         return run
 
-    times = interleaved_times({"epifuse": runner("e", 0.004), "tensorrt": runner("t", 0.005)}, rounds=4,
-                              clock=lambda: now[0])
-    assert times == {"epifuse": pytest.approx([4.0] * 4), "tensorrt": pytest.approx([5.0] * 4)}
-    timed = order[7:]  # after 3 warm-up runs each and one probe of the first
-    calls = len(timed) // 8  # about ROUND_SECONDS (20 ms) of the first engine's 4 ms a call
+    def clock():
+        return now[0]
+
+    times = interleaved([_timed(runner("e", 0.004), clock), _timed(runner("t", 0.005), clock)], rounds=4, warmup=3)
+    assert times == [pytest.approx([4.0] * 4), pytest.approx([5.0] * 4)]
+    timed = order[8:]  # after 3 warm-up runs each and one probe of each
+    calls = len(timed) // 8  # about ROUND_SECONDS (20 ms) of the faster engine's 4 ms a call
     assert calls in (4, 5) and len(timed) == 8 * calls
     assert timed == [name for block in "etteette" for name in [block] * calls]  # the order alternates each round
 

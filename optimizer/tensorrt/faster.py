@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..compare import interleaved
 from .build import EngineReport, build_engine
 
 MARGIN = 0.98      # the plugin's engine must be at least 2% faster: a tie goes to TensorRT's own
-ROUND_SECONDS = 0.02
 
 
 @dataclass
@@ -40,24 +40,13 @@ def faster(times: dict[str, list[float]]) -> str:
     return "epifuse" if ours < MARGIN * theirs else "tensorrt"
 
 
-def interleaved_times(runners: dict, rounds: int, clock=time.perf_counter) -> dict[str, list[float]]:
-    """Per-round milliseconds per call of each runner (a callable running its engine once and waiting),
-    the order alternating each round; a round calls each for about ROUND_SECONDS."""
-    names = list(runners)
-    for run in runners.values():  # warm-up: first enqueues allocate
-        for _ in range(3):
-            run()
-    start = clock()
-    runners[names[0]]()
-    calls = max(1, min(1000, int(ROUND_SECONDS / max(clock() - start, 1e-6))))
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            start = clock()
-            for _ in range(calls):
-                runners[name]()
-            times[name].append((clock() - start) * 1e3 / calls)
-    return times
+def _timed(run, clock=time.perf_counter):
+    """`run` as a side of optimizer.compare.interleaved: runs once, returns its seconds."""
+    def side() -> float:
+        start = clock()
+        run()
+        return clock() - start
+    return side
 
 
 def _feeds(runner) -> dict[str, np.ndarray]:
@@ -90,7 +79,9 @@ def build_faster_engine(model: str | os.PathLike, original: str | os.PathLike, o
         feeds = _feeds(engines["epifuse"])
         for engine in engines.values():
             engine.bind(feeds)
-        times = interleaved_times({name: engine.run_device for name, engine in engines.items()}, rounds)
+        names = list(engines)
+        # warm-up: the first enqueues allocate
+        times = dict(zip(names, interleaved([_timed(engines[n].run_device) for n in names], rounds, warmup=3)))
         del engines
         kept = faster(times)
         os.replace(reports[kept].plan, output)  # same folder: atomic, the other plan goes with the folder
