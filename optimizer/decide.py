@@ -149,12 +149,11 @@ class Decider:
         `kernels()`: the registry's kernels for it, best first (asked only by the static policy)."""
         if name in self.approved:
             return self.approved[name]
+        timings = [self.costs.group_timing(g) if g is not None and self.mode == "auto" else None for g in groups]
         if name in self.excluded:  # with the times it was measured at, for the report
-            timings = [self.costs.group_timing(g) if g is not None and self.mode == "auto" else None for g in groups]
             return Verdict(False, EXCLUDED, timings, fixed=True, elements=_elements(groups))
         if self.mode == "always":
             return Verdict(True, "fused wherever a kernel exists (fuse=always)", fixed=True)
-        timings = [self.costs.group_timing(g) if g is not None and self.mode == "auto" else None for g in groups]
         if self.mode == "auto" and timings and all(t is not None for t in timings):
             faster = all(t.ours_us < FUSE_MARGIN * t.runtime_us for t in timings)
             return Verdict(faster, "faster" if faster else "slower", timings, elements=_elements(groups))

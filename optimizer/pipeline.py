@@ -34,9 +34,9 @@ from .report import Report
 
 G_LOGGER.severity = G_LOGGER.ERROR  # gs warns about optional colour output on first use
 LARGE_MODEL_BYTES = 32 * 2**20
-# Default measuring budgets: a CPU candidate takes 10-100 ms to time, a GPU one 0.3-3 s (a session per
-# side and batch size, cuDNN's algorithm search in each): ResNet-50 at two batch sizes took 60 s on an
-# H200, YOLOv8s 134 s. The cache makes a second optimization of the same model free.
+# Default measuring budgets: a CPU candidate takes 10-100 ms to time, a GPU one about 0.5-2 s (sessions
+# per side and batch size, cuDNN's algorithm search when each starts): on an H200 at two batch sizes,
+# ResNeXt-50 took 35 s, MixNet-S 102 s. The cache makes a second optimization of the same model free.
 MEASURE_BUDGET_S = {"ort-cpu": 30.0, "ort-cuda": 300.0, "tensorrt": 0.0}
 MODEL_CHECK_ROUNDS = 15  # interleaved rounds of the whole-model check, per batch size
 # The check holds the original and the optimized model in two sessions at once (on the CPU each with its
