@@ -197,9 +197,17 @@ class Decider:
                     f"by {'fusing' if chosen else 'not fusing'} it at batch {batches[0]}")
 
 
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+def _is_transpose(node: gs.Node, perm: tuple[int, ...]) -> bool:
+    return node.op == "Transpose" and tuple(int(v) for v in node.attrs.get("perm", ())) == perm
+
+
 class _RegionModel:
     """The estimated time of a choice of fused candidates: their FusedConv times, the runtime's times for
-    the others, and a Transpose for every tensor that crosses between the NHWC and NCHW parts. Only the
+    the others, and a Transpose for every tensor that crosses between the NHWC and NCHW parts, less the
+    model's own Transposes that cancel against the fused convs'. Only the
     `variable` candidates' times count; the others' nodes still count for the layout."""
 
     def __init__(self, graph: gs.Graph, plans: list, variable: list[int], costs: Costs, batches: list[int],
@@ -227,20 +235,33 @@ class _RegionModel:
                 nodes.add(id(node))
         return nodes
 
-    def crossing(self, fused: set[int]) -> list[gs.Tensor]:
+    def crossing(self, fused: set[int]) -> list[tuple[gs.Tensor, int]]:
+        """The Transposes the layout pass would leave where the NHWC part meets the rest, as (tensor, +1),
+        and the model's own Transposes it would remove, as (tensor, -1): an exported NHWC op (ConvNeXt's
+        permute before LayerNorm) reading a fused conv's output, or a fused conv reading a permute back to
+        NCHW, cancels against the fused conv's Transpose (each weighed on its NCHW tensor)."""
         nhwc = self.nhwc_nodes(fused)
-        tensors = {}
+        added, removed = {}, {}
         for node in self.order:
             if id(node) not in nhwc:
                 continue
             for t in node.outputs:
-                if id(t) in self.graph_outputs or any(id(c) not in nhwc for c in t.outputs):
-                    tensors[id(t)] = t
+                outside = [c for c in t.outputs if id(c) not in nhwc]
+                absorbing = [c for c in outside if _is_transpose(c, TO_NHWC)]
+                if id(t) in self.graph_outputs or len(absorbing) < len(outside):
+                    added[id(t)] = t
+                removed.update((id(c), t) for c in absorbing)
         for i in fused:
             for t in self.input_lists[i]:
-                if producer(t) is None or id(producer(t)) not in nhwc:
-                    tensors[id(t)] = t
-        return list(tensors.values())
+                source = producer(t)
+                if source is not None and id(source) in nhwc:
+                    continue
+                if source is not None and _is_transpose(source, TO_NCHW):
+                    if id(t) not in self.graph_outputs and all(id(c) in nhwc for c in t.outputs):
+                        removed[id(source)] = t
+                    continue
+                added[id(t)] = t
+        return [(t, 1) for t in added.values()] + [(t, -1) for t in removed.values()]
 
     def _transpose_us(self, t: gs.Tensor, batch: int) -> float:
         shape = self.shape_at(t, batch)
@@ -252,7 +273,7 @@ class _RegionModel:
         return self.transpose_cache[key]
 
     def transposes(self, fused: set[int], batch_index: int = 0) -> float:
-        return sum(self._transpose_us(t, self.batches[batch_index]) for t in self.crossing(fused))
+        return sum(sign * self._transpose_us(t, self.batches[batch_index]) for t, sign in self.crossing(fused))
 
     def cost(self, fused: set[int]) -> float:
         crossing = self.crossing(fused)
@@ -260,5 +281,5 @@ class _RegionModel:
         for b, batch in enumerate(self.batches):
             groups = sum((p.verdict.timings[b].ours_us / FUSE_MARGIN if i in fused else p.verdict.timings[b].runtime_us)
                          for i, p in self.timed)
-            total += (groups + sum(self._transpose_us(t, batch) for t in crossing)) / self.scale[b]
+            total += (groups + sum(sign * self._transpose_us(t, batch) for t, sign in crossing)) / self.scale[b]
         return total

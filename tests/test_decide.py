@@ -128,6 +128,26 @@ def test_region_leaves_an_isolated_small_win_when_its_transposes_cost_more(tmp_p
     assert report.decisions[0].reason == "faster alone; region: 6.0 µs of Transposes saved by not fusing it at batch 1"
 
 
+def test_region_counts_the_models_own_transposes_that_a_fusion_cancels(tmp_path):
+    """ConvNeXt's block: conv, then the exporter's permute to NHWC for a channels-last op (here a MatMul)
+    and back. Fused, the conv's NHWC output cancels that permute: one Transpose added (its input), one
+    of the model's removed, so the small win stands where an island conv's two Transposes would eat it."""
+    def build(g, x):
+        with g.scope("c0"):
+            y = g.op("Relu", [g.conv_bn(x, 8, 8, 3)])
+        nhwc = g.op("Transpose", [y], perm=[0, 2, 3, 1])
+        mixed = g.op("MatMul", [nhwc, g.weight("mix", np.eye(8, dtype=np.float32))])
+        return g.op("Transpose", [mixed], perm=[0, 3, 1, 2])
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build))
+    (a,) = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    optimized, report = _optimize(model, FakeTimer({a: (10.0, 12.0)}, transpose_us=3.0), tmp_path=tmp_path)
+    assert _fused_convs(report) == [a] and report.decisions[0].reason == "faster"
+    # the layout pass did cancel them: the model's closing Transpose remains (the input's is a graph
+    # input's, converted by its own op)
+    assert [n.op_type for n in optimized.graph.node].count("Transpose") == 1
+
+
 def test_a_measured_win_is_confirmed_by_a_second_reading(tmp_path):
     model, (a, b) = _chain(2, pool_between=True)
     timer = FakeTimer({a: [(5.0, 20.0), (30.0, 19.0)], b: [(5.0, 20.0), (6.0, 21.0)]})
