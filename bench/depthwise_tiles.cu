@@ -56,10 +56,10 @@ std::pair<const char*, Launch> config(const char* name) {
 
 template <int R>
 std::vector<std::pair<const char*, Launch>> variants() {
-  return {{"library (launch_fast)", [](const Geometry& g, const Tensors& t, const Epilogue& e,
-                                       cudaStream_t s) { launch_fast<__half>(g, t, e, s); }},
-          {"strip (before the tiles)", [](const Geometry& g, const Tensors& t, const Epilogue& e,
-                                          cudaStream_t s) { launch_strip<__half, R, R, 1>(g, t, e, s); }},
+  return {{"cuda_depthwise_tile", [](const Geometry& g, const Tensors& t, const Epilogue& e,
+                                     cudaStream_t s) { (void)launch_tile<__half, R>(g, t, e, s); }},
+          {"cuda_depthwise_strip", [](const Geometry& g, const Tensors& t, const Epilogue& e,
+                                      cudaStream_t s) { (void)launch_strip<__half, R, R, 1>(g, t, e, s); }},
           config<R, TileWide>("TileWide 8x28, 2 rows/thread"), config<R, TileSmall>("TileSmall 4x28, 1 row/thread"),
           config<R, TileCb32>("8x28, 32 channels"), config<R, TileTq4>("8x32, 4 columns/thread")};
 }

@@ -107,7 +107,9 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (2, 17, 16, 40, 40, 3, 3, (2, 2), (0, 1, 1, 0), (1, 1), 40),   # depthwise s2 asymmetric pads
     (48, 14, 13, 64, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 64),  # depthwise 3x3 s1, narrow rows, full grid: strip
     (1, 9, 9, 1032, 1032, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1032),  # depthwise C > 512: channel split
-    (1, 9, 11, 10, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 10),    # depthwise C % 4 != 0: fallback
+    (1, 9, 11, 10, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 10),    # depthwise C % 4 != 0: scalar only
+    (3, 7, 7, 96, 96, 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), 96),     # global 7x7 pool as a depthwise conv
+    (2, 11, 12, 40, 40, 9, 9, (1, 1), (4, 4, 4, 4), (1, 1), 40),   # depthwise 9x9 (MixNet): vector kernel
     (1, 6, 40, 16, 16, 1, 5, (1, 2), (0, 2, 0, 2), (1, 1), 16),    # depthwise non-square, stride 1x2
     (1, 1, 1, 1152, 48, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # squeeze-excite 1x1 on one pixel (gemv)
     (32, 1, 1, 4, 96, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # excite, batch 32: C = 4 (scalar loads)
@@ -174,7 +176,7 @@ def test_a_kernel_that_cannot_run_the_problem_is_refused():
     desc = ConvDesc(1, 1, 8, 8, 12, 21, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, "relu", (), "none")
     t = torch.zeros(4096, device="cuda")
     with pytest.raises(cuda.CudaKernelError, match="cannot run|unknown kernel"):
-        cuda.fused_conv(desc, t.data_ptr(), t.data_ptr(), t.data_ptr(), None, t.data_ptr(), kernel="cuda_depthwise")
+        cuda.fused_conv(desc, t.data_ptr(), t.data_ptr(), t.data_ptr(), None, t.data_ptr(), kernel="cuda_depthwise_scalar")
 
 
 @pytest.mark.parametrize("kernel", ["sm90_f16_conv_128x64x64_c1x1_pingpong_silu", "sm90_f16_gemm1x1_128x128_coop_silu",

@@ -212,7 +212,7 @@ def test_symbolic_spatial_dims_cannot_be_measured(tmp_path):
     ("ort-cuda", "fp32", ["sm80_f32_3xtf32_128x64x16_4st", "cuda_direct"], False),
     ("ort-cuda", "fp16", ["cuda_direct"], False),
     ("ort-cuda", "fp16", ["sm90_f16_conv_128x64x64_c1x1_pingpong", "cuda_direct"], True),
-    ("ort-cuda", "fp16", ["cuda_depthwise", "cuda_direct"], True),
+    ("ort-cuda", "fp16", ["cuda_depthwise_tile", "cuda_depthwise_scalar", "cuda_direct"], True),
 ])
 def test_static_policy(target, dtype, kernels, fuse):
     decided, why = static_verdict(target, dtype, kernels)

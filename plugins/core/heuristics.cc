@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "depthwise_geometry.h"
 #include "registry.h"
 
 // The SM90 rules, from the H200 anchor and model-layer tables (docs/bench-kernels.md; fp16). For
@@ -70,6 +71,20 @@ bool prefer_gemm_224px(const ConvProblem& p, const DeviceInfo& d) {
 bool prefer_conv_1cta(const ConvProblem& p, const DeviceInfo& d) {
   const int64_t wide = tiles(p, 128);  // -1 when M is unknown
   return gemm_problem(p) && wide >= 0 && wide < wave_tiles(d);
+}
+
+// The depthwise tile kernel stages a TP x 28-column output tile's input patch. Rows narrower than 21
+// columns leave most of that tile idle; with a 3x3 or 5x5 filter the strip kernel is then faster where
+// the wide tiles fill the GPU (bench/depthwise_tiles.cu, H200, batch 32: 7x7x1152 5x5 13.1 vs 23.5 µs,
+// 14x14x480 3x3 11.1 vs 13.9, 14x14x672 5x5 26.5 vs 27.3), while a 7x7 filter reuses a staged pixel
+// enough to win even there (14x14x384: 26.6 vs 35.5). Where the batch's grid is small the tile kernel
+// runs its small tiles, which the strip kernel does not beat. A global pool as a depthwise conv (one
+// output pixel an image) leaves a tile all but empty: the strip kernel reads each input once.
+bool prefer_depthwise_strip(const ConvProblem& p, const DeviceInfo& d) {
+  const int64_t P = p.P(), Q = p.Q();
+  if (!known(p.N) || !known(P) || !known(Q)) return false;
+  if (P * Q <= 4) return true;
+  return Q < 21 && p.R < 7 && !depthwise::tile_few_blocks(p.N, P, Q, p.C, d.sms());
 }
 
 void rank_kernels(std::vector<const KernelDescriptor*>* kernels, const ConvProblem& p, const DeviceInfo& d) {

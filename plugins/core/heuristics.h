@@ -28,6 +28,8 @@ bool prefer_conv_1cta(const ConvProblem& p, const DeviceInfo& d);
 bool prefer_gemm_256x128(const ConvProblem& p, const DeviceInfo& d);
 bool prefer_gemm_96px(const ConvProblem& p, const DeviceInfo& d);
 bool prefer_gemm_224px(const ConvProblem& p, const DeviceInfo& d);
+// Shape rule of the depthwise kernels (rules_direct.cc): the strip kernel before the tile kernel.
+bool prefer_depthwise_strip(const ConvProblem& p, const DeviceInfo& d);
 
 // Reorders `kernels` (registry order) so that, within each family, those whose shape rule holds for `p`
 // on `d` come first; families keep their registry order, so no rule moves a kernel past another family.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "depthwise_geometry.h"
 #include "registry.h"
 
 namespace epifuse {
@@ -17,15 +18,84 @@ bool float_dtype(const ConvProblem& p, std::string* why) {
 }
 
 // Depthwise (group == C, K a multiple of C): each output channel reads one input channel, so the
-// work is memory-bound and a direct NHWC kernel with vector loads along C is the right shape.
-bool depthwise_can_implement(const ConvProblem& p, std::string* why) {
+// work is memory-bound and direct NHWC kernels with vector loads along C are the right shape. Four
+// kernels (depthwise_fused_conv.cu), from the most reuse to none; the limits below are their launch
+// geometry's (depthwise_geometry.h) and their 32-bit index math's. Dimensions not known yet (a
+// symbolic batch) pass here and are checked with the concrete problem before each launch.
+constexpr int64_t kMax32 = INT32_MAX;
+
+bool depthwise_problem(const ConvProblem& p, std::string* why) {
   if (!float_dtype(p, why)) return false;
-  if (p.C >= 0 && p.attr.group != p.C) {
-    *why = "not depthwise (group != C)";
-    return false;
-  }
+  if (p.C >= 0 && p.attr.group != p.C) return reject(why, "not depthwise (group != C)");
   return true;
 }
+
+int element_bytes(DType t) { return t == DType::kFloat ? 4 : 2; }
+
+// The vector, strip and tile kernels: one output channel per input channel, the channels of a pixel in
+// whole vectors of `vec` elements.
+bool one_channel_each(const ConvProblem& p, int vec, std::string* why) {
+  if (!depthwise_problem(p, why)) return false;
+  if (p.K != p.C) return reject(why, "channel multiplier " + std::to_string(p.K / std::max<int64_t>(p.C, 1)) + " (needs 1)");
+  if (p.C % vec != 0) return reject(why, "C = " + std::to_string(p.C) + " is not a multiple of " + std::to_string(vec));
+  return true;
+}
+
+// The strip and tile kernels are instantiated for square 3x3, 5x5 and 7x7 filters.
+bool square_357(const ConvProblem& p, std::string* why) {
+  if (p.R != p.S || (p.R != 3 && p.R != 5 && p.R != 7))
+    return reject(why, std::to_string(p.R) + "x" + std::to_string(p.S) + " filter (needs 3x3, 5x5 or 7x7)");
+  return true;
+}
+
+}  // namespace
+
+bool depthwise_scalar_can_implement(const ConvProblem& p, std::string* why) { return depthwise_problem(p, why); }
+
+bool depthwise_vec_can_implement(const ConvProblem& p, std::string* why) {
+  using namespace depthwise;
+  if (!one_channel_each(p, vec_width(element_bytes(p.dtype)), why)) return false;
+  const int64_t taps = saturating_product({p.R, p.S, vec_slice(p.C, element_bytes(p.dtype))});
+  if (taps > kVecMaxTapFloats)
+    return reject(why, "R*S*channels of a slice = " + std::to_string(taps) + " tap floats > " +
+                           std::to_string(kVecMaxTapFloats) + " (shared memory)");
+  return true;
+}
+
+bool depthwise_strip_can_implement(const ConvProblem& p, std::string* why) {
+  using namespace depthwise;
+  const ConvAttributes& a = p.attr;
+  if (!depthwise_problem(p, why) || !square_357(p, why) || !one_channel_each(p, strip_vec(int(p.S)), why)) return false;
+  if (a.dil_w != 1) return reject(why, "dilation along W " + std::to_string(a.dil_w) + " (needs 1)");
+  if (a.stride_w != 1 && a.stride_w != 2) return reject(why, "stride along W " + std::to_string(a.stride_w) + " (needs 1 or 2)");
+  if ((p.C / strip_vec(int(p.S)) + kStripThreads - 1) / kStripThreads > 65535)
+    return reject(why, "C = " + std::to_string(p.C) + ": more than 65535 channel slices");
+  if (!known(p.N) || !known(p.H) || !known(p.W)) return true;
+  const int cols = strip_cols(int(a.stride_w), int(p.S), element_bytes(p.dtype));
+  const int64_t strips = (p.Q() + cols - 1) / cols;
+  // A window may start pad_left before a row and end past it; outputs are indexed within an image.
+  const int64_t reach = saturating_product({p.H, p.W}) + p.Q() * a.stride_w + a.pad_left + strip_window(int(p.S), int(a.stride_w), cols);
+  if (saturating_product({reach, p.C}) > kMax32 || saturating_product({p.P(), p.Q(), p.K}) > kMax32 ||
+      saturating_product({2, p.N, p.P(), strips}) > kMax32)
+    return reject(why, "an image or the (image, strip, row) items exceed 32-bit indexing");
+  return true;
+}
+
+bool depthwise_tile_can_implement(const ConvProblem& p, std::string* why) {
+  using namespace depthwise;
+  const ConvAttributes& a = p.attr;
+  if (!depthwise_problem(p, why) || !square_357(p, why) || !one_channel_each(p, 16 / element_bytes(p.dtype), why))
+    return false;
+  if (a.stride_h != 1 || a.stride_w != 1) return reject(why, "strided (needs stride 1)");
+  if (a.dil_h != 1 || a.dil_w != 1) return reject(why, "dilated (needs dilation 1)");
+  if (tile_slices(p.C) > 65535) return reject(why, "C = " + std::to_string(p.C) + ": more than 65535 channel slices");
+  if (!known(p.N) || !known(p.H) || !known(p.W)) return true;
+  if (saturating_product({p.H, p.W, p.C}) > kMax32 || tile_blocks<TileSmall>(p.N, p.P(), p.Q()) > kMax32)
+    return reject(why, "an image or the tile grid exceeds 32-bit indexing");
+  return true;
+}
+
+namespace {
 
 // A 1x1 conv over at most kGemvMaxPixels output pixels (N*H*W; an unknown N is allowed when H*W fits,
 // and the concrete problem is checked again at launch), stride 1, no padding, group 1: the
@@ -95,7 +165,13 @@ std::vector<KernelDescriptor> stem_kernel_rules() {
 }
 
 std::vector<KernelDescriptor> direct_kernel_rules() {
-  return {{"cuda_depthwise", cuda_targets(), depthwise_can_implement, kMinSm, kMaxSm},
+  // The depthwise kernels, the most reuse first (heuristics.cc's shape rule moves the strip kernel
+  // ahead of the tile kernel where the tile would idle), then the direct kernel for everything else.
+  return {{"cuda_depthwise_tile", cuda_targets(), depthwise_tile_can_implement, kMinSm, kMaxSm},
+          {"cuda_depthwise_strip", cuda_targets(), depthwise_strip_can_implement, kMinSm, kMaxSm,
+           prefer_depthwise_strip},
+          {"cuda_depthwise_vec", cuda_targets(), depthwise_vec_can_implement, kMinSm, kMaxSm},
+          {"cuda_depthwise_scalar", cuda_targets(), depthwise_scalar_can_implement, kMinSm, kMaxSm},
           {"cuda_direct", cuda_targets(), direct_can_implement, kMinSm, kMaxSm}};
 }
 

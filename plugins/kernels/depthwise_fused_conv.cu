@@ -1,20 +1,23 @@
 // Depthwise conv (group == C, K = m*C). Little arithmetic per byte, so the kernels are about reuse
-// and access patterns. Four paths, fastest first:
-//  - depthwise_tile (m == 1, square 3x3/5x5/7x7, stride 1, dilation 1, any pads, C a multiple of 16
-//    bytes' worth of elements): a block stages the input patch of a TP x QT output tile and CB
+// and access patterns. Four registry kernels (rules in plugins/core/rules_direct.cc, the untuned order
+// in heuristics.cc; the tuner and TensorRT time them all), the most reuse first:
+//  - cuda_depthwise_tile (m == 1, square 3x3/5x5/7x7, stride 1, dilation 1, any pads, C a multiple of
+//    16 bytes' worth of elements): a block stages the input patch of a TP x QT output tile and CB
 //    channels in shared memory with cp.async (the halo zero-filled, so the math has no predicates)
 //    and each thread computes TQ columns x RP rows x 2 channels from it. The loads are all in flight
 //    at once where the strip kernel below waited on L1/L2 row by row: ConvNeXt's dw7x7 82 -> 40 us.
-//  - depthwise_strip (m == 1, square 3x3/5x5/7x7, stride_w 1 or 2, dil_w 1; any stride_h, dil_h,
+//  - cuda_depthwise_strip (m == 1, square 3x3/5x5/7x7, stride_w 1 or 2, dil_w 1; any stride_h, dil_h,
 //    pads): a thread owns VEC adjacent channels (its filter taps and bias live in registers for the
 //    whole kernel) and computes a strip of TQ output columns of one output row. Per filter row it
 //    loads the input window of the strip once ((TQ-1)*stride + S vectors along W) and every loaded
 //    vector feeds up to S outputs. A block is `groups` channel groups x `rows` strips and walks a
 //    contiguous chunk of (n, strip, p) items with p fastest, so consecutive items of a block (and its
 //    two-dimensional tile of rows) reuse input rows from L1.
-//  - depthwise_vec (m == 1, any geometry, 16-byte aligned): taps staged in shared memory as
+//  - cuda_depthwise_vec (m == 1, any geometry, 16-byte aligned): taps staged in shared memory as
 //    [tap][channel], each thread computes VEC channels of one output pixel.
-//  - depthwise_scalar: anything else (m > 1, unaligned), one output element per thread.
+//  - cuda_depthwise_scalar: anything depthwise (m > 1, any alignment), one output element per thread.
+// A launch checks what only it can see (pointer alignment, the device's limits) and returns an error
+// naming the kernel; it never runs another kernel in its place.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,12 +25,15 @@
 #include <cstring>
 #include <type_traits>
 
+#include "depthwise_geometry.h"
 #include "dtype.cuh"
 #include "epilogue.cuh"
 #include "kernel_api.h"
 
 namespace epifuse::cuda {
 namespace {
+
+using namespace epifuse::depthwise;
 
 struct Geometry {
   int N, H, W, C, K, R, S, P, Q, multiplier;
@@ -39,8 +45,7 @@ struct alignas(sizeof(T) * VEC) Vec {
   T v[VEC];
 };
 
-constexpr int kThreads = 256;
-constexpr int kMaxTapsTimesChannels = 12288;  // shared-memory floats per block (48 KB)
+constexpr int kScalarThreads = 256;
 
 // VEC channels per thread; multiplier 1 (K == C). blockDim.x = channel groups of the slice,
 // blockDim.y = pixels; gridDim.y walks channel slices.
@@ -92,20 +97,7 @@ __global__ void depthwise_vec(Geometry g, const T* __restrict__ x, const T* __re
 
 // ---- depthwise_strip ---------------------------------------------------------------------------
 
-constexpr int kStripThreads = 128;  // block size cap: registers (taps) limit the warps per SM anyway
-
-// Channels per thread and output columns per thread of the strip kernel, per filter width and
-// stride. The taps of a thread (R*S*VEC floats) stay in registers, so VEC shrinks as S grows; past
-// 64 of them (7x7) they move to shared memory: in registers they held the 7x7 kernel at 195
-// registers, 8 warps per SM, too few to hide its load latency. That kernel is then bounded to 5
-// blocks per SM (96 registers, a few bytes spilled; 6 blocks spilled 156 bytes for 1% more): ConvNeXt's
-// dw7x7 121.7 -> 85.2 us on the H200 (docs/bench-kernels.md).
-constexpr int strip_vec(int s) { return s <= 3 ? 4 : 2; }
-constexpr bool shared_taps(int r, int s, int vec) { return r * s * vec > 64; }
-constexpr int strip_cols(int stride_w, int s, int elem_bytes) {
-  return stride_w == 1 && !(s == 7 && elem_bytes == 4) ? 8 : 4;  // fp32 7x7: 8 would spill
-}
-constexpr int kWinOf(int s, int stride_w, int cols) { return (cols - 1) * stride_w + s; }
+// The strip kernel's channels and columns per thread: strip_vec, strip_cols, shared_taps (depthwise_geometry.h).
 
 // Launch layout of depthwise_strip, computed on the host.
 struct StripTile {
@@ -172,7 +164,7 @@ __device__ __forceinline__ void strip_accumulate(float (&acc)[TQ][VEC], const Ta
                                                  int w_first) {
   using V = Vec<T, VEC>;
   using Raw = typename RawBits<sizeof(V)>::type;
-  constexpr int kWin = kWinOf(S, SW, TQ);
+  constexpr int kWin = strip_window(S, SW, TQ);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int h = h_first + r * g.dil_h;
@@ -234,7 +226,7 @@ __global__ void __launch_bounds__(kStripThreads, shared_taps(R, S, VEC) ? 5 : 1)
     depthwise_strip(Geometry g, StripTile tile, const T* __restrict__ x, const T* __restrict__ w,
                     const T* __restrict__ b, const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue) {
   using V = Vec<T, VEC>;
-  constexpr int kWin = kWinOf(S, SW, TQ);
+  constexpr int kWin = strip_window(S, SW, TQ);
   const int c = (blockIdx.y * tile.groups + threadIdx.x) * VEC;
   const int begin = blockIdx.x * tile.per_block;
   const int end = min(tile.spatial, begin + tile.per_block);
@@ -326,21 +318,7 @@ __global__ void __launch_bounds__(kStripThreads, shared_taps(R, S, VEC) ? 5 : 1)
 
 // ---- depthwise_tile ----------------------------------------------------------------------------
 
-// One tile configuration: TQ output columns x RP output rows x 2 channels per thread; a block is
-// CB channels x STRIPS strips of TQ columns x TP rows, threads ordered channel pair fastest, then
-// strip, then row group. With CB = 16 (fp16/bf16: 32-byte pixels) and TQ = 7 the strips of a warp
-// start 7 pixels = 56 words apart, so its shared-memory reads fall in 32 distinct banks.
-template <int TQ_, int RP_, int TP_, int CB_, int STRIPS_, int MIN_BLOCKS_>
-struct TileConfig {
-  static constexpr int TQ = TQ_, RP = RP_, TP = TP_, CB = CB_, STRIPS = STRIPS_, kMinBlocks = MIN_BLOCKS_;
-  static constexpr int QT = TQ * STRIPS, kThreads = CB / 2 * STRIPS * (TP / RP);
-  static_assert(CB % 2 == 0 && TP % RP == 0, "two channels per thread, whole row groups");
-};
-// 8x28 outputs x 16 channels, 128 threads: the best of the configurations timed on the H200 for
-// batch 32 (dw7x7 40.4 us, 5x5 19.8, 3x3 24.8-26.6) ...
-using TileWide = TileConfig<7, 2, 8, 16, 4, 6>;
-// ... and 4x28 with one row per thread, for grids too small to fill the GPU with the wide tile.
-using TileSmall = TileConfig<7, 1, 4, 16, 4, 8>;
+// The tile configurations (TileConfig, TileWide, TileSmall) are in depthwise_geometry.h.
 
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool inside) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -487,14 +465,30 @@ __global__ void depthwise_scalar(Geometry g, const T* __restrict__ x, const T* _
 
 size_t no_workspace(const ConvProblem&) { return 0; }
 
+Geometry geometry_of(const ConvProblem& p) {
+  return {int(p.N), int(p.H), int(p.W), int(p.C), int(p.K), int(p.R), int(p.S), int(p.P()), int(p.Q()),
+          int(p.K / p.C), int(p.attr.stride_h), int(p.attr.stride_w), int(p.attr.dil_h), int(p.attr.dil_w),
+          int(p.attr.pad_top), int(p.attr.pad_left)};
+}
+
+// Each of x, b, z (when present) and y is `bytes`-aligned.
+bool aligned_to(const Tensors& t, size_t bytes) {
+  for (const void* ptr : {t.x, t.b, t.z, static_cast<const void*>(t.y)})
+    if (reinterpret_cast<uintptr_t>(ptr) % bytes) return false;
+  return true;
+}
+
+Status misaligned(const char* kernel, size_t bytes) {
+  return Status::Error(std::string(kernel) + ": x, b, z and y must be " + std::to_string(bytes) + "-byte aligned");
+}
+
 template <class T, int VEC>
-bool launch_vec(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+Status launch_vec(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+  if (!aligned_to(t, 16)) return misaligned("cuda_depthwise_vec", 16);
   const int rs = g.R * g.S;
-  const int groups = (g.C + VEC - 1) / VEC;
-  const int groups_per_block = min(groups, 32);
-  const int slice = groups_per_block * VEC;
-  if (rs * slice > kMaxTapsTimesChannels) return false;
-  const int pixels_per_block = kThreads / groups_per_block;
+  const int groups_per_block = std::min((g.C + VEC - 1) / VEC, kVecGroups);
+  const int slice = groups_per_block * VEC;  // vec_slice(C): the rule bounded rs * slice
+  const int pixels_per_block = kVecThreads / groups_per_block;
   const int64_t pixels = int64_t(g.N) * g.P * g.Q;
   const dim3 block(groups_per_block, pixels_per_block);
   const dim3 grid(unsigned(std::min<int64_t>((pixels + pixels_per_block - 1) / pixels_per_block, 1 << 20)),
@@ -502,49 +496,33 @@ bool launch_vec(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStre
   depthwise_vec<T, VEC><<<grid, block, rs * slice * sizeof(float), stream>>>(
       g, static_cast<const T*>(t.x), static_cast<const T*>(t.w), static_cast<const T*>(t.b),
       static_cast<const T*>(t.z), static_cast<T*>(t.y), e, slice);
-  return true;
-}
-
-bool aligned_to(const Tensors& t, size_t bytes) {
-  for (const void* ptr : {t.x, t.b, t.z, static_cast<const void*>(t.y)})
-    if (reinterpret_cast<uintptr_t>(ptr) % bytes) return false;
-  return true;
+  return check_launch("cuda_depthwise_vec", cudaGetLastError());
 }
 
 template <class T, int R, int S, int SW>
-bool launch_strip(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+Status launch_strip(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
   constexpr int kVec = strip_vec(S), kCols = strip_cols(SW, S, sizeof(T));
-  if (g.C % kVec != 0 || !aligned_to(t, kVec * sizeof(T))) return false;
+  if (!aligned_to(t, kVec * sizeof(T))) return misaligned("cuda_depthwise_strip", kVec * sizeof(T));
   const int64_t strips = (g.Q + kCols - 1) / kCols;
-  const int64_t spatial = int64_t(g.N) * g.P * strips;
-  // 32-bit index math in the kernel: in-image offsets (a window may start up to pad_left before a
-  // row and end past it), output offsets within an image, filter offsets, items (with headroom).
-  constexpr int64_t kMax = INT32_MAX;
-  if ((int64_t(g.H) * g.W + int64_t(g.Q) * SW + g.pad_left + kWinOf(S, SW, kCols)) * g.C > kMax ||
-      int64_t(g.P) * g.Q * g.K > kMax || int64_t(g.K) * R * S > kMax || 2 * spatial > kMax)
-    return false;
+  const int64_t spatial = int64_t(g.N) * g.P * strips;  // the rule kept 2 * spatial within int32
   const int groups_total = g.C / kVec;
   const int slices = (groups_total + kStripThreads - 1) / kStripThreads;
   const int groups = (groups_total + slices - 1) / slices;
   const int rows = std::max(1, kStripThreads / groups);
-  if (slices > 65535) return false;
 
   // One wave of blocks, each owning a contiguous run of items: a thread loads its taps once.
   const auto kernel = depthwise_strip<T, kVec, R, S, SW, kCols>;
   const size_t smem = shared_taps(R, S, kVec) ? size_t(R) * S * groups * kVec * sizeof(float) : 0;
   // A slice holds up to kStripThreads * kVec channels: 49 * 256 * 4 bytes passes the default 48 KB.
-  if (smem > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
+  if (smem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (err != cudaSuccess) return check_launch("cuda_depthwise_strip (shared memory)", err);
   }
   int device = 0, sms = 0, per_sm = 0;
-  if (!current_device_sms(&device, &sms) ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, groups * rows, smem) != cudaSuccess) {
-    cudaGetLastError();  // clear it; the other paths need none of these
-    return false;
-  }
-  if (per_sm < 1 || sms < 1) return false;
+  if (!current_device_sms(&device, &sms)) return Status::Error("cuda_depthwise_strip: the device's SM count is unknown");
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, groups * rows, smem);
+  if (err != cudaSuccess) return check_launch("cuda_depthwise_strip (occupancy)", err);
+  if (per_sm < 1 || sms < 1) return Status::Error("cuda_depthwise_strip: no block fits on an SM");
   const int64_t max_chunks = (spatial + rows - 1) / rows;
   const int64_t wave = std::max<int64_t>(1, int64_t(sms) * per_sm / slices);
   int64_t per_block = (spatial + std::min(max_chunks, wave) - 1) / std::min(max_chunks, wave);
@@ -554,7 +532,7 @@ bool launch_strip(const Geometry& g, const Tensors& t, const Epilogue& e, cudaSt
   kernel<<<dim3(unsigned(chunks), unsigned(slices)), dim3(unsigned(groups), unsigned(rows)), smem, stream>>>(
       g, tile, static_cast<const T*>(t.x), static_cast<const T*>(t.w), static_cast<const T*>(t.b),
       static_cast<const T*>(t.z), static_cast<T*>(t.y), e);
-  return true;
+  return check_launch("cuda_depthwise_strip", cudaGetLastError());
 }
 
 template <class T, int R, class Cfg>
@@ -565,90 +543,91 @@ void launch_tile_config(const Geometry& g, const Tensors& t, const Epilogue& e, 
       static_cast<const T*>(t.z), static_cast<T*>(t.y), e);
 }
 
-// The tile kernel where it applies (the caller checked multiplier 1 and R == S): stride 1, dilation 1,
-// C in whole 16-byte chunks, x 16-byte and y, z two-element aligned, per-image offsets in 32 bits.
+// x 16-byte aligned (cp.async), y and z two-element aligned; the wide tiles, or the small ones where
+// the wide ones would not fill the GPU.
 template <class T, int R>
-bool launch_tile(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
-  if (g.stride_h != 1 || g.stride_w != 1 || g.dil_h != 1 || g.dil_w != 1 || g.C % (16 / int(sizeof(T))) != 0 ||
-      reinterpret_cast<uintptr_t>(t.x) % 16 || !aligned_to(t, 2 * sizeof(T)))
-    return false;
+Status launch_tile(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+  if (reinterpret_cast<uintptr_t>(t.x) % 16) return Status::Error("cuda_depthwise_tile: x must be 16-byte aligned");
+  if (!aligned_to(t, 2 * sizeof(T))) return misaligned("cuda_depthwise_tile", 2 * sizeof(T));
   static_assert(tile_smem_bytes<T, R, TileWide>() <= 48 * 1024 && tile_smem_bytes<T, R, TileSmall>() <= 48 * 1024,
                 "within the default dynamic shared memory");
-  if (int64_t(g.H) * g.W * g.C > INT32_MAX || int64_t(g.K) * R * R > INT32_MAX ||
-      (g.C + TileWide::CB - 1) / TileWide::CB > 65535)
-    return false;
-  auto blocks = [&](int tp, int qt) { return int64_t(g.N) * ((g.P + tp - 1) / tp) * ((g.Q + qt - 1) / qt); };
-  const int64_t wide = blocks(TileWide::TP, TileWide::QT), small = blocks(TileSmall::TP, TileSmall::QT);
-  if (small > INT32_MAX) return false;
   int device = 0, sms = 0;
-  if (!current_device_sms(&device, &sms)) sms = 132;
-  // Batch 1 and small images: the wide tile leaves SMs idle (ConvNeXt dw7x7 at batch 1: 84 blocks).
-  const bool few_blocks = wide * ((g.C + TileWide::CB - 1) / TileWide::CB) < 2 * int64_t(sms);
-  // Rows narrower than 21 columns leave most of a 28-column tile idle; with a 3x3 or 5x5 filter the
-  // strip kernel is then faster where the grid is full (bench/depthwise_tiles.cu, H200, batch 32:
-  // 7x7x1152 5x5 13.1 vs 23.5 µs, 14x14x480 3x3 11.1 vs 13.9, 14x14x672 5x5 26.5 vs 27.3), while a
-  // 7x7 filter reuses a staged pixel enough to win even there (14x14x384: 26.6 vs 35.5).
-  if (g.Q < 21 && R < 7 && !few_blocks) return false;
-  if (few_blocks)
-    launch_tile_config<T, R, TileSmall>(g, t, e, stream, small);
+  if (!current_device_sms(&device, &sms)) return Status::Error("cuda_depthwise_tile: the device's SM count is unknown");
+  if (tile_few_blocks(g.N, g.P, g.Q, g.C, sms))
+    launch_tile_config<T, R, TileSmall>(g, t, e, stream, tile_blocks<TileSmall>(g.N, g.P, g.Q));
   else
-    launch_tile_config<T, R, TileWide>(g, t, e, stream, wide);
-  return true;
+    launch_tile_config<T, R, TileWide>(g, t, e, stream, tile_blocks<TileWide>(g.N, g.P, g.Q));
+  return check_launch("cuda_depthwise_tile", cudaGetLastError());
 }
 
-// The tile and strip kernels' configurations: square 3x3, 5x5, 7x7 filters; the tile kernel for
-// stride 1, dilation 1; the strip kernel for stride_w 1 or 2, dil_w 1.
 template <class T>
-bool launch_fast(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
-  if (g.multiplier != 1 || g.dil_w != 1 || g.R != g.S) return false;
-  switch (g.S) {
-    case 3: if (launch_tile<T, 3>(g, t, e, stream)) return true; break;
-    case 5: if (launch_tile<T, 5>(g, t, e, stream)) return true; break;
-    case 7: if (launch_tile<T, 7>(g, t, e, stream)) return true; break;
-    default: break;
-  }
-  switch (g.S * 10 + g.stride_w) {
-    case 31: return launch_strip<T, 3, 3, 1>(g, t, e, stream);
-    case 32: return launch_strip<T, 3, 3, 2>(g, t, e, stream);
-    case 51: return launch_strip<T, 5, 5, 1>(g, t, e, stream);
-    case 52: return launch_strip<T, 5, 5, 2>(g, t, e, stream);
-    case 71: return launch_strip<T, 7, 7, 1>(g, t, e, stream);
-    case 72: return launch_strip<T, 7, 7, 2>(g, t, e, stream);
-    default: return false;
-  }
+Status launch_scalar(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+  const int64_t total = int64_t(g.N) * g.P * g.Q * g.K;
+  const int blocks = int(std::min<int64_t>((total + kScalarThreads - 1) / kScalarThreads, 1 << 20));
+  depthwise_scalar<T><<<blocks, kScalarThreads, 0, stream>>>(g, static_cast<const T*>(t.x), static_cast<const T*>(t.w),
+                                                             static_cast<const T*>(t.b), static_cast<const T*>(t.z),
+                                                             static_cast<T*>(t.y), e);
+  return check_launch("cuda_depthwise_scalar", cudaGetLastError());
 }
 
-Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
-  const Geometry g{int(p.N), int(p.H), int(p.W), int(p.C), int(p.K), int(p.R), int(p.S), int(p.P()), int(p.Q()),
-                   int(p.K / p.C), int(p.attr.stride_h), int(p.attr.stride_w), int(p.attr.dil_h), int(p.attr.dil_w),
-                   int(p.attr.pad_top), int(p.attr.pad_left)};
-  const int64_t total = int64_t(g.N) * g.P * g.Q * g.K;
-  if (total == 0) return Status::Ok();
-  const Epilogue e = Epilogue::of(p);
-  const bool aligned = [&] {
-    const auto ptrs = {t.x, t.w, t.b, t.z, static_cast<const void*>(t.y)};
-    for (const void* ptr : ptrs)
-      if (reinterpret_cast<uintptr_t>(ptr) % 16) return false;
-    return g.multiplier == 1;
-  }();
-  bool done = false;
-  visit_dtype(p.dtype, [&](auto tag) {
+// The kernel `name` on `p`: its rule checked on the concrete problem (a dimension may have been unknown
+// when it was chosen), nothing launched for an empty output, then the dtype's instantiation.
+template <class Run>
+Status run(const char* name, bool (*can_implement)(const ConvProblem&, std::string*), const ConvProblem& p,
+           Run&& launch_typed) {
+  std::string why;
+  if (!can_implement(p, &why)) return Status::Error(std::string(name) + " cannot run this problem: " + why);
+  if (p.N * p.P() * p.Q() * p.K == 0) return Status::Ok();
+  return visit_dtype(p.dtype, [&](auto tag) { return launch_typed(tag, geometry_of(p)); });
+}
+
+Status run_tile(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
+  return run("cuda_depthwise_tile", depthwise_tile_can_implement, p, [&](auto tag, const Geometry& g) {
     using T = decltype(tag);
-    constexpr int kVec = 16 / sizeof(T);
-    done = launch_fast<T>(g, t, e, stream);
-    if (!done && aligned && g.C % kVec == 0) done = launch_vec<T, kVec>(g, t, e, stream);
-    if (!done) {
-      const int blocks = int(std::min<int64_t>((total + kThreads - 1) / kThreads, 1 << 20));
-      depthwise_scalar<T><<<blocks, kThreads, 0, stream>>>(g, static_cast<const T*>(t.x), static_cast<const T*>(t.w),
-                                                           static_cast<const T*>(t.b), static_cast<const T*>(t.z),
-                                                           static_cast<T*>(t.y), e);
+    const Epilogue e = Epilogue::of(p);
+    switch (g.R) {  // the rule allows 3, 5 and 7
+      case 3: return launch_tile<T, 3>(g, t, e, stream);
+      case 5: return launch_tile<T, 5>(g, t, e, stream);
+      default: return launch_tile<T, 7>(g, t, e, stream);
     }
   });
-  return check_launch("cuda_depthwise", cudaGetLastError());
+}
+
+Status run_strip(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
+  return run("cuda_depthwise_strip", depthwise_strip_can_implement, p, [&](auto tag, const Geometry& g) {
+    using T = decltype(tag);
+    const Epilogue e = Epilogue::of(p);
+    switch (g.S * 10 + g.stride_w) {  // the rule allows 3, 5, 7 and strides 1, 2
+      case 31: return launch_strip<T, 3, 3, 1>(g, t, e, stream);
+      case 32: return launch_strip<T, 3, 3, 2>(g, t, e, stream);
+      case 51: return launch_strip<T, 5, 5, 1>(g, t, e, stream);
+      case 52: return launch_strip<T, 5, 5, 2>(g, t, e, stream);
+      case 71: return launch_strip<T, 7, 7, 1>(g, t, e, stream);
+      default: return launch_strip<T, 7, 7, 2>(g, t, e, stream);
+    }
+  });
+}
+
+Status run_vec(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
+  return run("cuda_depthwise_vec", depthwise_vec_can_implement, p, [&](auto tag, const Geometry& g) {
+    using T = decltype(tag);
+    return launch_vec<T, 16 / sizeof(T)>(g, t, Epilogue::of(p), stream);
+  });
+}
+
+Status run_scalar(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
+  return run("cuda_depthwise_scalar", depthwise_scalar_can_implement, p, [&](auto tag, const Geometry& g) {
+    return launch_scalar<decltype(tag)>(g, t, Epilogue::of(p), stream);
+  });
 }
 
 }  // namespace
 
-KernelImpl depthwise_kernel() { return {"cuda_depthwise", no_workspace, launch}; }
+std::vector<KernelImpl> depthwise_kernels() {
+  return {{"cuda_depthwise_tile", no_workspace, run_tile},
+          {"cuda_depthwise_strip", no_workspace, run_strip},
+          {"cuda_depthwise_vec", no_workspace, run_vec},
+          {"cuda_depthwise_scalar", no_workspace, run_scalar}};
+}
 
 }  // namespace epifuse::cuda

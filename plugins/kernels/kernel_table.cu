@@ -6,11 +6,16 @@
 namespace epifuse::cuda {
 
 KernelImpl direct_kernel();
-KernelImpl depthwise_kernel();
+std::vector<KernelImpl> depthwise_kernels();
 KernelImpl gemv_kernel();
 KernelImpl stem_kernel();
 
-std::vector<KernelImpl> direct_kernels() { return {gemv_kernel(), stem_kernel(), depthwise_kernel(), direct_kernel()}; }
+std::vector<KernelImpl> direct_kernels() {
+  std::vector<KernelImpl> v = {gemv_kernel(), stem_kernel()};
+  for (const KernelImpl& k : depthwise_kernels()) v.push_back(k);
+  v.push_back(direct_kernel());
+  return v;
+}
 std::vector<KernelImpl> padded_kernels();
 std::vector<KernelImpl> im2col_kernels();
 
