@@ -75,16 +75,15 @@ bool prefer_conv_1cta(const ConvProblem& p, const DeviceInfo& d) {
 
 // The depthwise tile kernel stages a TP x 28-column output tile's input patch. Rows narrower than 21
 // columns leave most of that tile idle; with a 3x3 or 5x5 filter the strip kernel is then faster where
-// the wide tiles fill the GPU (bench/depthwise_tiles.cu, H200, batch 32: 7x7x1152 5x5 13.1 vs 23.5 µs,
-// 14x14x480 3x3 11.1 vs 13.9, 14x14x672 5x5 26.5 vs 27.3), while a 7x7 filter reuses a staged pixel
-// enough to win even there (14x14x384: 26.6 vs 35.5). Where the batch's grid is small the tile kernel
-// runs its small tiles, which the strip kernel does not beat. A global pool as a depthwise conv (one
-// output pixel an image) leaves a tile all but empty: the strip kernel reads each input once.
+// the wide tiles fill the GPU (H200, batch 32: 7x7x1152 5x5 13.2 vs 23.6 µs, 14x14x480 3x3 11.1 vs 13.9,
+// 14x14x672 5x5 26.5 vs 27.3), while a 7x7 filter reuses a staged pixel enough to win even there
+// (14x14x384: 26.6 vs 35.5), and so does a global 7x7 pool as a depthwise conv only while the batch is
+// small (960 channels: batch 1 3.6 vs 7.0 on the small tiles; batch 32 24.5 vs 7.3). Where the grid is
+// small the tile kernel runs its small tiles, which the strip kernel does not beat.
 bool prefer_depthwise_strip(const ConvProblem& p, const DeviceInfo& d) {
   const int64_t P = p.P(), Q = p.Q();
-  if (!known(p.N) || !known(P) || !known(Q)) return false;
-  if (P * Q <= 4) return true;
-  return Q < 21 && p.R < 7 && !depthwise::tile_few_blocks(p.N, P, Q, p.C, d.sms());
+  if (!known(p.N) || !known(P) || !known(Q) || depthwise::tile_few_blocks(p.N, P, Q, p.C, d.sms())) return false;
+  return P * Q <= 4 || (Q < 21 && p.R < 7);
 }
 
 void rank_kernels(std::vector<const KernelDescriptor*>* kernels, const ConvProblem& p, const DeviceInfo& d) {
