@@ -244,7 +244,7 @@ def test_fields_round_trip_through_the_library(headers, lib_dir, tmp_path):
     cuda_inc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
     compile_ = subprocess.run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Wno-deprecated-declarations",
                                "-isystem", str(headers), "-isystem", str(cuda_inc),
-                               str(REPO / "tests/tensorrt/plugin_round_trip.cpp"), "-o", str(exe), "-ldl"],
+                               str(REPO / "tests/trt_plugin_host/plugin_round_trip.cpp"), "-o", str(exe), "-ldl"],
                               capture_output=True, text=True)
     assert compile_.returncode == 0, compile_.stderr
     run = subprocess.run([str(exe), str(lib_dir / PLUGIN)], capture_output=True, text=True)

@@ -12,10 +12,19 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def trt_runtime():
-    trt = pytest.importorskip("tensorrt", reason="TensorRT's Python API is not installed")
+    from optimizer.errors import EpifuseError
+    from optimizer.tensorrt.api import is_rtx, load_tensorrt
+
+    try:
+        trt = load_tensorrt()
+    except EpifuseError as e:
+        pytest.skip(str(e))
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+    if is_rtx(trt) and torch.cuda.get_device_capability() == (9, 0):
+        pytest.skip("TensorRT-RTX's runtime refuses sm_90 (H100/H200); its builder is tested by "
+                    "tests/test_tensorrt_build.py")
     from optimizer.libraries import TRT_LIBRARY, LibraryNotFound, library_path
 
     try:

@@ -12,18 +12,14 @@ from ..errors import EpifuseError
 
 def load_tensorrt():
     """TensorRT's Python module, or EpifuseError saying what to install."""
-    try:
-        import tensorrt  # noqa: PLC0415
-
-        return tensorrt
-    except ImportError:
-        pass
-    try:
-        import tensorrt_rtx_bindings  # noqa: PLC0415
-
-        return tensorrt_rtx_bindings
-    except ImportError:
-        pass
+    for name in ("tensorrt", "tensorrt_rtx_bindings"):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        # a folder of that name on sys.path imports as an empty namespace package: not TensorRT
+        if hasattr(module, "Builder"):
+            return module
     raise EpifuseError("TensorRT's Python API is not installed: `pip install tensorrt` (TensorRT 10/11, "
                        "building needs an NVIDIA GPU) or `pip install tensorrt-rtx-cu13-bindings "
                        "tensorrt-rtx-cu13-libs` (TensorRT-RTX)")
