@@ -34,6 +34,13 @@ from .registry import ConvDesc
 COSTS_FORMAT = "epifuse-costs/1"
 
 
+# The pattern of a small global average pool that pool_as_conv would give to FusedConv. Its runtime side is
+# the pool as the pipeline leaves it unfused between fused convs, not ONNX Runtime's NCHW
+# GlobalAveragePool: ReduceMean over the NHWC tensor's H and W (the layout pass), a GEMV for fp16 on the
+# CUDA EP (passes.gpu_pools). Keyed apart from a plain "GlobalAveragePool" group, whose times differ.
+NHWC_POOL = "GlobalAveragePool(NHWC)"
+
+
 @dataclass
 class FusionGroup:
     """One candidate at one batch size, with concrete shapes: the original nodes (NCHW) and the

@@ -100,9 +100,11 @@ class Decider:
         return self._shapes[batch].get(t.name)
 
     def groups(self, graph: gs.Graph, name: str, nodes: list[gs.Node], x: gs.Tensor, z: gs.Tensor | None,
-               y: gs.Tensor, weight: np.ndarray, bias: np.ndarray, desc: ConvDesc) -> list[FusionGroup | None]:
+               y: gs.Tensor, weight: np.ndarray, bias: np.ndarray, desc: ConvDesc,
+               pattern: str | None = None) -> list[FusionGroup | None]:
         """The candidate at each batch size to decide for (a static batch dimension wins), None where a
-        shape stays unknown: what measurements and costs files are keyed by."""
+        shape stays unknown: what measurements and costs files are keyed by. `pattern` defaults to the
+        nodes' ops joined by '+'."""
         if self.mode == "always":
             return []
         first = shape_of(x)
@@ -117,8 +119,8 @@ class Decider:
             d = replace(desc, N=batch)
             if len(xs) == 4 and (d.H <= 0 or d.W <= 0):
                 d = replace(d, H=xs[2], W=xs[3])
-            pattern = "+".join(n.op for n in nodes)
-            groups.append(FusionGroup(name, pattern, d, nodes, x, z, y, xs, zs, ys, weight, bias))
+            groups.append(FusionGroup(name, pattern or "+".join(n.op for n in nodes), d, nodes, x, z, y, xs, zs, ys,
+                                      weight, bias))
         return groups
 
     def dtype_code(self, weight_dtype) -> int:
@@ -128,16 +130,18 @@ class Decider:
         return DTYPE_CODES[np.dtype(weight_dtype).name]
 
     def approve(self, graph: gs.Graph, conv_name: str, nodes: list[gs.Node], x: gs.Tensor, y: gs.Tensor,
-                weight: np.ndarray, bias: np.ndarray, desc: ConvDesc, kernel_query) -> Verdict:
+                weight: np.ndarray, bias: np.ndarray, desc: ConvDesc, kernel_query,
+                pattern: str | None = None) -> Verdict:
         """For a pass that would rewrite `nodes` (a Gemm, a pool) as the conv `conv_name` only so that it
-        fuses: the verdict on that fusion against the runtime running `nodes` as they are. A positive one
-        is kept, and the fuse pass fuses that conv without asking again."""
+        fuses: the verdict on that fusion against the runtime running `nodes` as they are (or as
+        `pattern` says they would run). A positive one is kept, and the fuse pass fuses that conv
+        without asking again."""
         if conv_name in self.excluded or (nodes and nodes[0].name in self.excluded):
             return Verdict(False, EXCLUDED, fixed=True)
         count, reason = kernel_query(self.target, {f: getattr(desc, f) for f in desc.__dataclass_fields__})
         if count == 0:
             return Verdict(False, f"no kernel: {reason}", fixed=True)
-        groups = self.groups(graph, conv_name, nodes, x, None, y, weight, bias, desc)
+        groups = self.groups(graph, conv_name, nodes, x, None, y, weight, bias, desc, pattern)
         verdict = self.verdict(groups, PRECISION_OF_CODE[desc.dtype], lambda: registry.kernel_names(self.target, desc))
         if verdict.fuse:
             verdict.fixed = True

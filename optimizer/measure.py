@@ -28,7 +28,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from . import __version__, contract
-from .costs import FusionGroup
+from .costs import NHWC_POOL, FusionGroup
 from .graph import constant_value
 
 ONNX_DTYPE = {"fp32": onnx.TensorProto.FLOAT, "fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}
@@ -68,7 +68,10 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
     inputs and outputs are NHWC with Transposes around the nodes (for ORT's prefer_nhwc). With
     `residual_source`, the residual comes out of a 1x1 MaxPool (node RESIDUAL_SOURCE, left out of the
     timing): ORT's CPU EP folds a residual Add into an NCHWc conv only when the other operand is itself
-    produced in NCHWc, as it is inside a real model, never when it is a graph input."""
+    produced in NCHWc, as it is inside a real model, never when it is a graph input. A pool of pattern
+    NHWC_POOL is built in the form the model runs it unfused (NHWC in and out already)."""
+    if group.pattern == NHWC_POOL:
+        return _nhwc_pool_model(group, copies)
     dtype = _np_dtype(group.dtype)
     x = gs.Variable("x", dtype, _nhwc(group.x_shape) if nhwc_io else group.x_shape)
     z = gs.Variable("z", dtype, _nhwc(group.z_shape) if nhwc_io else group.z_shape) if _separate_z(group) else None
@@ -111,6 +114,35 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
         y.dtype, y.shape = dtype, group.y_shape
         graph.outputs.append(_transpose(graph, y, (0, 2, 3, 1), f"y{copy}") if nhwc_io else y)
     return _model(graph)
+
+
+def _nhwc_pool_model(group: FusionGroup, copies: int) -> onnx.ModelProto:
+    """A global average pool as the pipeline leaves it unfused inside an NHWC region: ReduceMean over
+    H and W of the NHWC tensor (the layout pass), then passes.gpu_pools' GEMV where that applies
+    (fp16 on the CUDA EP). Each copy reads an input of its own, so ORT cannot merge the copies."""
+    from .passes.gpu_pools import gpu_pools  # noqa: PLC0415 (passes import the costs this module serves)
+    from .report import Report  # noqa: PLC0415
+
+    dtype = _np_dtype(group.dtype)
+    graph = gs.Graph(opset=OPSET)
+    for copy in range(copies):
+        x = gs.Variable("x" if copy == 0 else f"x{copy}", dtype, _nhwc(group.x_shape))
+        y = gs.Variable(f"y{copy}", dtype, _nhwc(group.y_shape))
+        graph.inputs.append(x)
+        graph.nodes.append(gs.Node("ReduceMean", f"pool{copy}", {"axes": [1, 2], "keepdims": 1}, [x], [y]))
+        graph.outputs.append(y)
+    gpu_pools(graph, Report(), "ort-cuda", group.dtype)
+    for node in graph.nodes:  # its GEMV row is float32 until the precision pass, which this model skips
+        for i, t in enumerate(node.inputs):
+            if isinstance(t, gs.Constant) and t.values.dtype == np.float32 and dtype != np.float32:
+                node.inputs[i] = gs.Constant(t.name, t.values.astype(dtype))
+    # gpu_pools keeps an output's name with an Identity: read its source instead (ORT would run a copy)
+    for i, y in enumerate(graph.outputs):
+        if y.inputs and y.inputs[0].op == "Identity":
+            source = y.inputs[0].inputs[0]
+            source.dtype, source.shape = y.dtype, y.shape
+            graph.outputs[i] = source
+    return _model(graph.cleanup())
 
 
 def _separate_z(group: FusionGroup) -> bool:
@@ -417,7 +449,8 @@ class OrtCudaTimer:
             ours_total, nchw_total = self._interleaved_us([ours_bound, nchw])
             ours = self._per_copy(ours_total, copies, library=True)
             runtime = self._per_copy(nchw_total, runtime_copies, library=False)
-            if ours < runtime and len(group.x_shape) == 4:  # ORT's NHWC convs (prefer_nhwc) might beat ours
+            # ORT's NHWC convs (prefer_nhwc) might beat ours; a pool's runtime form is NHWC already
+            if ours < runtime and len(group.x_shape) == 4 and group.pattern != NHWC_POOL:
                 nhwc = self._bound(runtime_model(group, runtime_copies, nhwc_io=True), group.dtype, library=False,
                                    prefer_nhwc=True)
                 ours_total, nhwc_total = self._interleaved_us([ours_bound, nhwc])

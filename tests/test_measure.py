@@ -7,6 +7,7 @@ import onnxruntime as ort
 import pytest
 
 from models import activations as act
+from optimizer.costs import NHWC_POOL
 from optimizer.measure import OrtCpuTimer, fused_model, runtime_model, transpose_model
 from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.runtime import session_options
@@ -35,8 +36,8 @@ class _Capture:
         return 0.0
 
 
-def _groups(build, tmp_path, precision="fp32", channels=8, batch=2):
-    model = onnx.shape_inference.infer_shapes(conv_net(build, channels=channels, batch=batch))
+def _groups(build, tmp_path, precision="fp32", channels=8, batch=2, size=12):
+    model = onnx.shape_inference.infer_shapes(conv_net(build, channels=channels, batch=batch, size=size))
     capture = _Capture()
     optimize_model(model, target="ort-cuda", precision=precision, policy=FusionPolicy(
         mode="auto", timer=capture, cache_path=str(tmp_path / "c.json")))
@@ -81,6 +82,26 @@ def test_both_micro_models_compute_the_group(name, tmp_path):
             assert rel_l2(y, reference) < (1e-5 if copy == 0 else 1e-2), label
         if len(outputs) > 1:
             assert not np.array_equal(outputs[0], outputs[1]), label
+
+
+@pytest.mark.parametrize("precision, ops", [("fp16", {"Reshape", "MatMul"}), ("fp32", {"ReduceMean"})])
+def test_a_small_pool_is_timed_as_the_model_runs_it_unfused(precision, ops, tmp_path):
+    """pool_as_conv's candidate (a global pool over a 7x7 map after a conv): its runtime side is the
+    pool inside the NHWC region — the layout pass's ReduceMean, gpu_pools' GEMV for fp16 — not ONNX
+    Runtime's NCHW GlobalAveragePool, which the optimized model would never run there."""
+    groups = _groups(lambda g, x: g.op("GlobalAveragePool", [g.op("Relu", [g.conv_bn(x, 8, 16, 3)])]), tmp_path,
+                     precision=precision, size=7)
+    (pool,) = [g for g in groups if g.pattern == NHWC_POOL]
+    model = runtime_model(pool, copies=2)
+    assert {n.op_type for n in model.graph.node} == ops
+    assert [i.name for i in model.graph.input] == ["x", "x1"]  # each copy its own input: nothing to merge
+    rng = np.random.default_rng(2)
+    dtype = np.float16 if precision == "fp16" else np.float32
+    n, c, h, w = pool.x_shape
+    feeds = {i.name: rng.standard_normal((n, h, w, c)).astype(dtype) for i in model.graph.input}
+    for out, name in zip(_run(model, feeds), ("x", "x1")):
+        expected = feeds[name].astype(np.float64).mean(axis=(1, 2), keepdims=True)
+        assert out.shape == (n, 1, 1, c) and rel_l2(out, expected) < (2e-3 if precision == "fp16" else 1e-6)
 
 
 def test_micro_models_run_in_the_precision_the_model_will_run_in(tmp_path):

@@ -9,12 +9,16 @@ MatMul: at batch 1 it copied three pointer arrays host→device inside the CUDA 
 gemv, ~15 µs of ResNet-50's 0.40 ms (graph timeline, `bench/ort_models.py --timeline`). Larger pools
 (squeeze-excite at 56x56 and up) stay pools: a depthwise kernel would reduce thousands of taps per
 thread. 1/(H*W) rounds to fp16 within 2^-11 relative, as gpu_pools' row does; the sum is fp32.
+Measured decisions weigh the FusedConv against that unfused NHWC form (costs.NHWC_POOL), which is
+what the model runs when the pool stays: timed against ONNX Runtime's own NCHW GlobalAveragePool
+(2.7 µs at batch 1 on an H200, against the GEMV's ~15), the pools were left to the GEMV.
 """
 from __future__ import annotations
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from ..costs import NHWC_POOL
 from ..graph import make_constant, make_variable, replace_uses, shape_of
 from ..registry import ConvDesc
 from ..report import Report
@@ -50,7 +54,7 @@ def pool_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, ker
         if decider is not None:
             desc = ConvDesc(dtype=decider.dtype_code(dtype), H=h, W=w, C=c, K=c, R=h, S=w, group=c)
             verdict = decider.approve(graph, f"{base}_depthwise", [node], x, y, filters, np.zeros(c, dtype), desc,
-                                      kernel_query)
+                                      kernel_query, pattern=NHWC_POOL)
             if not verdict.fuse:
                 report.decide(node, "GlobalAveragePool (as a depthwise FusedConv)", verdict)
                 continue
