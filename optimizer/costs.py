@@ -34,11 +34,11 @@ from .registry import ConvDesc
 COSTS_FORMAT = "epifuse-costs/1"
 
 
-# The pattern of a small global average pool that pool_as_conv would give to FusedConv. Its runtime side is
-# the pool as the pipeline leaves it unfused between fused convs, not ONNX Runtime's NCHW
-# GlobalAveragePool: ReduceMean over the NHWC tensor's H and W (the layout pass), a GEMV for fp16 on the
-# CUDA EP (passes.gpu_pools). Keyed apart from a plain "GlobalAveragePool" group, whose times differ.
-NHWC_POOL = "GlobalAveragePool(NHWC)"
+# The patterns of a small global average pool inside an NHWC region, which pool_as_conv would give to
+# FusedConv. Their runtime side is the pool as the pipeline leaves it unfused there, not ONNX Runtime's
+# NCHW GlobalAveragePool: ReduceMean over the NHWC tensor's H and W (the layout pass), which
+# passes.gpu_pools turns into a GEMV where the pipeline's precision is fp16 (the _GEMV pattern).
+NHWC_POOL, NHWC_POOL_GEMV = "GlobalAveragePool(NHWC)", "GlobalAveragePool(NHWC GEMV)"
 
 
 @dataclass

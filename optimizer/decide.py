@@ -271,6 +271,8 @@ class _RegionModel:
         shape = self.shape_at(t, batch)
         if not shape or len(shape) != 4:
             return 0.0  # a tensor of unknown shape is not weighed (the layout pass moves only 4-D ones)
+        if shape[1] == 1 or shape[2] * shape[3] == 1:
+            return 0.0  # NCHW <-> NHWC moves no memory ([N, C, 1, 1] after a pool): the layout pass drops it
         key = tuple(shape)
         if key not in self.transpose_cache:
             self.transpose_cache[key] = self.costs.transpose_us(shape, self.dtype) or 0.0

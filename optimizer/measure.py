@@ -28,7 +28,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from . import __version__, contract
-from .costs import NHWC_POOL, FusionGroup
+from .costs import NHWC_POOL, NHWC_POOL_GEMV, FusionGroup
 from .graph import constant_value
 
 ONNX_DTYPE = {"fp32": onnx.TensorProto.FLOAT, "fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}
@@ -69,8 +69,8 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
     `residual_source`, the residual comes out of a 1x1 MaxPool (node RESIDUAL_SOURCE, left out of the
     timing): ORT's CPU EP folds a residual Add into an NCHWc conv only when the other operand is itself
     produced in NCHWc, as it is inside a real model, never when it is a graph input. A pool of pattern
-    NHWC_POOL is built in the form the model runs it unfused (NHWC in and out already)."""
-    if group.pattern == NHWC_POOL:
+    NHWC_POOL(_GEMV) is built in the form the model runs it unfused (NHWC in and out already)."""
+    if group.pattern in (NHWC_POOL, NHWC_POOL_GEMV):
         return _nhwc_pool_model(group, copies)
     dtype = _np_dtype(group.dtype)
     x = gs.Variable("x", dtype, _nhwc(group.x_shape) if nhwc_io else group.x_shape)
@@ -118,8 +118,8 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
 
 def _nhwc_pool_model(group: FusionGroup, copies: int) -> onnx.ModelProto:
     """A global average pool as the pipeline leaves it unfused inside an NHWC region: ReduceMean over
-    H and W of the NHWC tensor (the layout pass), then passes.gpu_pools' GEMV where that applies
-    (fp16 on the CUDA EP). Each copy reads an input of its own, so ORT cannot merge the copies."""
+    H and W of the NHWC tensor (the layout pass), then, for NHWC_POOL_GEMV, passes.gpu_pools' GEMV. Each
+    copy reads an input of its own, so ORT cannot merge the copies."""
     from .passes.gpu_pools import gpu_pools  # noqa: PLC0415 (passes import the costs this module serves)
     from .report import Report  # noqa: PLC0415
 
@@ -131,7 +131,8 @@ def _nhwc_pool_model(group: FusionGroup, copies: int) -> onnx.ModelProto:
         graph.inputs.append(x)
         graph.nodes.append(gs.Node("ReduceMean", f"pool{copy}", {"axes": [1, 2], "keepdims": 1}, [x], [y]))
         graph.outputs.append(y)
-    gpu_pools(graph, Report(), "ort-cuda", group.dtype)
+    if group.pattern == NHWC_POOL_GEMV:
+        gpu_pools(graph, Report(), "ort-cuda", "fp16")
     for node in graph.nodes:  # its GEMV row is float32 until the precision pass, which this model skips
         for i, t in enumerate(node.inputs):
             if isinstance(t, gs.Constant) and t.values.dtype == np.float32 and dtype != np.float32:
@@ -450,7 +451,7 @@ class OrtCudaTimer:
             ours = self._per_copy(ours_total, copies, library=True)
             runtime = self._per_copy(nchw_total, runtime_copies, library=False)
             # ORT's NHWC convs (prefer_nhwc) might beat ours; a pool's runtime form is NHWC already
-            if ours < runtime and len(group.x_shape) == 4 and group.pattern != NHWC_POOL:
+            if ours < runtime and len(group.x_shape) == 4 and group.pattern not in (NHWC_POOL, NHWC_POOL_GEMV):
                 nhwc = self._bound(runtime_model(group, runtime_copies, nhwc_io=True), group.dtype, library=False,
                                    prefer_nhwc=True)
                 ours_total, nhwc_total = self._interleaved_us([ours_bound, nhwc])

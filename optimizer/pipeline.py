@@ -1,4 +1,5 @@
-"""The optimizer pipeline: load → canonicalize → fold BN → fuse → layout → GPU pools (ort-cuda fp16) → precision →
+"""The optimizer pipeline: load → canonicalize → fold BN → fuse → small pools as convs, fused (ort-cuda) → layout →
+GPU pools (ort-cuda fp16) → precision →
 input layout (ort-cuda) → cleanup → whole-model check (where fusions were measured here) → save."""
 from __future__ import annotations
 
@@ -330,13 +331,18 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         decider.costs.progress = progress  # minutes of measuring on a GPU: say which candidate is timed
     with _timed(report, "fc_as_conv", progress, free_memory, decider.costs):  # before fusion: its convs fuse
         graph = fc_as_conv(graph, report, target, decider, kernel_query)
-    with _timed(report, "pool_as_conv", progress, free_memory, decider.costs):
-        graph = pool_as_conv(graph, report, target, decider, kernel_query)
     with _timed(report, "fold_batchnorm", progress, free_memory):
         graph = fold_batchnorm(graph, report)
     try:
         with _timed(report, "fuse_conv", progress, free_memory, decider.costs):
             graph = fuse_conv(graph, report, target, kernel_query, decider)
+        # after fusion, when it is known which pools read an NHWC region; then its convs fuse
+        with _timed(report, "pool_as_conv", progress, free_memory, decider.costs):
+            before = {n.name for n in graph.nodes if n.op == "Conv"}
+            graph = pool_as_conv(graph, report, target, decider, kernel_query)
+            pooled = {n.name for n in graph.nodes if n.op == "Conv"} - before
+            if pooled:
+                graph = fuse_conv(graph, report, target, kernel_query, decider, only=pooled)
     finally:
         if isinstance(decider.costs, MeasuredCosts):
             decider.costs.close()

@@ -148,6 +148,31 @@ def test_region_counts_the_models_own_transposes_that_a_fusion_cancels(tmp_path)
     assert [n.op_type for n in optimized.graph.node].count("Transpose") == 1
 
 
+@pytest.mark.parametrize("conv_fuses", [True, False])
+def test_a_small_pool_is_weighed_in_the_layout_it_will_sit_in(tmp_path, conv_fuses):
+    """conv → Relu → 7x7 GlobalAveragePool on ort-cuda: after a fused conv the pool reads an NHWC tensor
+    and is weighed against its unfused NHWC form (here 15 µs: ours 3 fuses); after a conv left to the
+    runtime it reads NCHW and stays ORT's pool, unmeasured (a FusedConv would need the input transposed)."""
+    def build(g, x):
+        with g.scope("c0"):
+            y = g.op("Relu", [g.conv_bn(x, 8, 16, 3)])
+        return g.op("GlobalAveragePool", [y])
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build, size=7))
+    (conv,) = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    pool = next(n.name for n in model.graph.node if n.op_type == "GlobalAveragePool")
+    timer = FakeTimer({conv: (10.0, 20.0) if conv_fuses else (30.0, 20.0), f"{pool}_depthwise": (3.0, 15.0)})
+    optimized, report = _optimize(model, timer, tmp_path=tmp_path)
+    decisions = {d.node: d for d in report.decisions}
+    if conv_fuses:
+        assert list(dict.fromkeys(c[0] for c in timer.calls)) == [conv, f"{pool}_depthwise"]  # in that order
+        assert decisions[f"{pool}_depthwise"].fused and "GlobalAveragePool" not in [n.op_type for n in optimized.graph.node]
+    else:
+        assert {c[0] for c in timer.calls} == {conv}
+        assert not decisions[pool].fused and decisions[pool].reason.startswith("its input is NCHW here")
+        assert "GlobalAveragePool" in [n.op_type for n in optimized.graph.node]
+
+
 def test_a_measured_win_is_confirmed_by_a_second_reading(tmp_path):
     model, (a, b) = _chain(2, pool_between=True)
     timer = FakeTimer({a: [(5.0, 20.0), (30.0, 19.0)], b: [(5.0, 20.0), (6.0, 21.0)]})

@@ -263,13 +263,16 @@ class _Fuser:
                     self.report.activation_bytes_saved += 2 * (numel_per_image(t) or 0) * itemsize(t)
 
 
-def fuse_conv(graph: gs.Graph, report: Report, target: str, kernel_query, decider: Decider | None = None) -> gs.Graph:
+def fuse_conv(graph: gs.Graph, report: Report, target: str, kernel_query, decider: Decider | None = None,
+              only: set[str] | None = None) -> gs.Graph:
     """`kernel_query(target, desc) -> (count, reason)`: the kernel registry (optimizer.registry);
-    `decider`: which candidates with a kernel fuse (default: all of them)."""
+    `decider`: which candidates with a kernel fuse (default: all of them); `only`: the names of the
+    convs to consider (default: every Conv), for a second pass over convs a later pass added."""
     graph.toposort()
     decider = decider or Decider(target, "fp32", mode="always")
     fuser = _Fuser(graph, report, target, kernel_query, decider)
-    plans = [p for p in (fuser.plan(conv) for conv in [n for n in graph.nodes if n.op == "Conv"]) if p is not None]
+    convs = [n for n in graph.nodes if n.op == "Conv" and (only is None or n.name in only)]
+    plans = [p for p in (fuser.plan(conv) for conv in convs) if p is not None]
     decider.choose_regions(graph, plans)
     for i, plan in enumerate(plans):
         if plan.verdict.fuse and not all(n.outputs for n in plan.nodes):

@@ -9,19 +9,26 @@ MatMul: at batch 1 it copied three pointer arrays host→device inside the CUDA 
 gemv, ~15 µs of ResNet-50's 0.40 ms (graph timeline, `bench/ort_models.py --timeline`). Larger pools
 (squeeze-excite at 56x56 and up) stay pools: a depthwise kernel would reduce thousands of taps per
 thread. 1/(H*W) rounds to fp16 within 2^-11 relative, as gpu_pools' row does; the sum is fp32.
-Measured decisions weigh the FusedConv against that unfused NHWC form (costs.NHWC_POOL), which is
-what the model runs when the pool stays: timed against ONNX Runtime's own NCHW GlobalAveragePool
-(2.7 µs at batch 1 on an H200, against the GEMV's ~15), the pools were left to the GEMV.
+With a decider it runs after the fuse pass, so it knows the layout the pool will sit in: a pool
+reading a fused conv's NHWC output (through the Transpose the fuse pass leaves, or elementwise ops the
+layout pass moves it through) is weighed against that pool as the model runs it unfused there — a
+ReduceMean over the NHWC tensor, gpu_pools' GEMV for fp16 (costs.NHWC_POOL / NHWC_POOL_GEMV) — and the
+pipeline fuses the conv it becomes in a second fuse pass. A pool reading an NCHW tensor stays a pool:
+ONNX Runtime's GlobalAveragePool takes ~3 µs there (H200), and a FusedConv would first need the
+tensor transposed. Timing every pool against ORT's NCHW pool instead (2.7 µs at batch 1 against ours
+3.2) left the pools inside NHWC regions to the GEMV (~15 µs).
 """
 from __future__ import annotations
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..costs import NHWC_POOL
-from ..graph import make_constant, make_variable, replace_uses, shape_of
+from ..costs import NHWC_POOL, NHWC_POOL_GEMV
+from ..decide import Verdict
+from ..graph import constant_value, make_constant, make_variable, producer, replace_uses, shape_of
 from ..registry import ConvDesc
 from ..report import Report
+from .layout import HANDLERS
 
 MAX_PIXELS = 64
 
@@ -37,9 +44,25 @@ def _small_pool(node: gs.Node) -> tuple[int, int, int] | None:
     return (c, h, w) if h * w <= MAX_PIXELS else None
 
 
+def _from_nhwc(t: gs.Tensor, depth: int = 8) -> bool:
+    """`t` comes out of an NHWC region: a Transpose to NCHW, or ops the layout pass moves Transposes
+    through whose data inputs all do."""
+    node = producer(t)
+    if node is None or depth == 0:
+        return False
+    if node.op == "Transpose":
+        return [int(v) for v in node.attrs.get("perm", ())] == [0, 3, 1, 2]
+    if node.op not in HANDLERS:
+        return False
+    data = [i for j, i in enumerate(node.inputs)
+            if j not in HANDLERS[node.op].params and i.name and constant_value(i) is None]
+    return bool(data) and all(_from_nhwc(i, depth - 1) for i in data)
+
+
 def pool_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, kernel_query=None) -> gs.Graph:
-    """With a `decider` (optimizer.decide) and `kernel_query`, a pool is rewritten only where the
-    FusedConv that would replace it is faster than the pool itself; without, everywhere."""
+    """With a `decider` (optimizer.decide) and `kernel_query`, after the fuse pass: a pool is rewritten
+    only where it reads an NHWC region and the FusedConv that would replace it is faster than the pool
+    as the model would run it there (every pool where the decider fuses always); without, every pool."""
     if target != "ort-cuda":
         return graph
     for node in list(graph.nodes):
@@ -53,8 +76,14 @@ def pool_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, ker
         filters = np.full((c, 1, h, w), 1.0 / (h * w), dtype)
         if decider is not None:
             desc = ConvDesc(dtype=decider.dtype_code(dtype), H=h, W=w, C=c, K=c, R=h, S=w, group=c)
+            if decider.mode != "always" and not _from_nhwc(x):
+                report.decide(node, "GlobalAveragePool (as a depthwise FusedConv)", Verdict(
+                    False, "its input is NCHW here (the conv before it stays the runtime's): a FusedConv would "
+                           "need it transposed", fixed=True))
+                continue
+            gemv = decider.precision == "fp16"  # where gpu_pools turns the unfused NHWC pool into a GEMV
             verdict = decider.approve(graph, f"{base}_depthwise", [node], x, y, filters, np.zeros(c, dtype), desc,
-                                      kernel_query, pattern=NHWC_POOL)
+                                      kernel_query, pattern=NHWC_POOL_GEMV if gemv else NHWC_POOL)
             if not verdict.fuse:
                 report.decide(node, "GlobalAveragePool (as a depthwise FusedConv)", verdict)
                 continue

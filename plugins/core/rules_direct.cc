@@ -55,7 +55,9 @@ bool depthwise_scalar_can_implement(const ConvProblem& p, std::string* why) { re
 bool depthwise_vec_can_implement(const ConvProblem& p, std::string* why) {
   using namespace depthwise;
   if (!one_channel_each(p, vec_width(element_bytes(p.dtype)), why)) return false;
-  const int64_t taps = saturating_product({p.R, p.S, vec_slice(p.C, element_bytes(p.dtype))});
+  const int64_t slice = vec_slice(p.C, element_bytes(p.dtype));
+  if ((p.C + slice - 1) / slice > 65535) return reject(why, "C = " + std::to_string(p.C) + ": more than 65535 channel slices");
+  const int64_t taps = saturating_product({p.R, p.S, slice});
   if (taps > kVecMaxTapFloats)
     return reject(why, "R*S*channels of a slice = " + std::to_string(taps) + " tap floats > " +
                            std::to_string(kVecMaxTapFloats) + " (shared memory)");
@@ -90,7 +92,9 @@ bool depthwise_tile_can_implement(const ConvProblem& p, std::string* why) {
   if (a.dil_h != 1 || a.dil_w != 1) return reject(why, "dilated (needs dilation 1)");
   if (tile_slices(p.C) > 65535) return reject(why, "C = " + std::to_string(p.C) + ": more than 65535 channel slices");
   if (!known(p.N) || !known(p.H) || !known(p.W)) return true;
-  if (saturating_product({p.H, p.W, p.C}) > kMax32 || tile_blocks<TileSmall>(p.N, p.P(), p.Q()) > kMax32)
+  const int64_t small_tiles = saturating_product({p.N, (p.P() + TileSmall::TP - 1) / TileSmall::TP,
+                                                  (p.Q() + TileSmall::QT - 1) / TileSmall::QT});  // tile_blocks, saturated
+  if (saturating_product({p.H, p.W, p.C}) > kMax32 || small_tiles > kMax32)
     return reject(why, "an image or the tile grid exceeds 32-bit indexing");
   return true;
 }
