@@ -228,22 +228,27 @@ class _RegionModel:
                       for b in range(len(batches))]
 
     def nhwc_nodes(self, fused: set[int]) -> set[int]:
+        """The nodes that run NHWC: the fused candidates', and the ops the layout pass moves Transposes
+        through whose data inputs all come from them or from the model's own permutes back to NCHW (at
+        least one from the fused part: ConvNeXt's residual Add of a permute and a fused block)."""
         nodes = {id(n) for i in fused for n in self.node_lists[i]}
         for node in self.order:
             if id(node) in nodes or node.op not in HANDLERS:  # ops the layout pass moves Transposes through
                 continue
             params = HANDLERS[node.op].params
             data = [t for j, t in enumerate(node.inputs) if j not in params and t.name and constant_value(t) is None]
-            if data and all(producer(t) is not None and id(producer(t)) in nodes for t in data) and \
-                    all(len(shape_of(t) or [0] * 4) == 4 for t in data):  # unknown rank: taken as 4-D
+            sources = [producer(t) for t in data]
+            from_nhwc = [s is not None and id(s) in nodes for s in sources]
+            if any(from_nhwc) and all(f or (s is not None and _is_transpose(s, TO_NCHW)) for f, s in zip(from_nhwc, sources)) \
+                    and all(len(shape_of(t) or [0] * 4) == 4 for t in data):  # unknown rank: taken as 4-D
                 nodes.add(id(node))
         return nodes
 
     def crossing(self, fused: set[int]) -> list[tuple[gs.Tensor, int]]:
         """The Transposes the layout pass would leave where the NHWC part meets the rest, as (tensor, +1),
         and the model's own Transposes it would remove, as (tensor, -1): an exported NHWC op (ConvNeXt's
-        permute before LayerNorm) reading a fused conv's output, or a fused conv reading a permute back to
-        NCHW, cancels against the fused conv's Transpose (each weighed on its NCHW tensor)."""
+        permute before LayerNorm) reading a fused conv's output, or the NHWC part reading a permute back
+        to NCHW, cancels against the fused conv's Transpose (each weighed on its NCHW tensor)."""
         nhwc = self.nhwc_nodes(fused)
         added, removed = {}, {}
         for node in self.order:
@@ -255,16 +260,20 @@ class _RegionModel:
                 if id(t) in self.graph_outputs or len(absorbing) < len(outside):
                     added[id(t)] = t
                 removed.update((id(c), t) for c in absorbing)
-        for i in fused:
-            for t in self.input_lists[i]:
+        fused_inputs = {id(t) for i in fused for t in self.input_lists[i]}
+        for node in self.order:  # inputs of the NHWC part: the fused convs' and the NHWC ops'
+            if id(node) not in nhwc:
+                continue
+            for t in node.inputs:
                 source = producer(t)
-                if source is not None and id(source) in nhwc:
+                if not t.name or constant_value(t) is not None or (source is not None and id(source) in nhwc):
                     continue
                 if source is not None and _is_transpose(source, TO_NCHW):
                     if id(t) not in self.graph_outputs and all(id(c) in nhwc for c in t.outputs):
                         removed[id(source)] = t
                     continue
-                added[id(t)] = t
+                if id(t) in fused_inputs:  # an NHWC op's other inputs are its parameters
+                    added[id(t)] = t
         return [(t, 1) for t in added.values()] + [(t, -1) for t in removed.values()]
 
     def _transpose_us(self, t: gs.Tensor, batch: int) -> float:
