@@ -91,7 +91,7 @@ int32_t epifuse_plugin_tactics(const epifuse_conv_desc* min, const epifuse_conv_
       corners.push_back(p);
     }
     std::string why, text;
-    const auto kernels = epifuse::profile_kernels(corners, sm, nullptr, &why);
+    const auto kernels = epifuse::profile_kernels(corners, epifuse::DeviceInfo{sm, 0}, nullptr, &why);
     int32_t count = 0;
     for (const epifuse::KernelDescriptor* k : kernels) {
       if (ids && count < cap) ids[count] = epifuse::tactic_id(k->name);

@@ -197,7 +197,7 @@ const KernelDescriptor* kernel_for_tactic(int32_t tactic) {
   return nullptr;
 }
 
-std::vector<const KernelDescriptor*> profile_kernels(const std::vector<ConvProblem>& corners, int sm,
+std::vector<const KernelDescriptor*> profile_kernels(const std::vector<ConvProblem>& corners, const DeviceInfo& device,
                                                      const std::function<bool(const char*)>& available,
                                                      std::string* why) {
   std::vector<const KernelDescriptor*> kept;
@@ -205,7 +205,7 @@ std::vector<const KernelDescriptor*> profile_kernels(const std::vector<ConvProbl
     *why = "no problems given for the profile";
     return kept;
   }
-  std::vector<const KernelDescriptor*> first = find_kernels("tensorrt", corners[0], why, sm);
+  std::vector<const KernelDescriptor*> first = find_kernels("tensorrt", corners[0], why, device);
   std::string dropped;
   for (const KernelDescriptor* k : first) {
     std::string reason;

@@ -76,9 +76,9 @@ const KernelDescriptor* kernel_for_tactic(int32_t tactic);
 // Kernels for target "tensorrt" that run every problem of an optimization profile, best first.
 // `corners` are the profile's problems at its min, opt and max dimensions: the rules' limits only
 // grow with N, H and W (sizes, int32 offsets), so a kernel that runs the corners runs every shape
-// in between. `sm` as in find_kernels; `available` drops kernels not compiled into the library.
-// When none is left, `why` says why.
-std::vector<const KernelDescriptor*> profile_kernels(const std::vector<ConvProblem>& corners, int sm,
+// in between. `device` as in find_kernels (its SM count orders the kernels the shape rules prefer);
+// `available` drops kernels not compiled into the library. When none is left, `why` says why.
+std::vector<const KernelDescriptor*> profile_kernels(const std::vector<ConvProblem>& corners, const DeviceInfo& device,
                                                      const std::function<bool(const char*)>& available,
                                                      std::string* why);
 

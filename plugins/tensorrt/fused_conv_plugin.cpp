@@ -62,17 +62,19 @@ Status bind_problem(const ConvAttributes& a, DType dtype, const Dims& x, const D
   return bind_shapes(a, dtype, x, w, &b, z != nullptr, z, p);
 }
 
-// Compute capability of the current device as the registry counts it; 0 (any) when there is no
-// device, e.g. while TensorRT-RTX builds on a machine without a GPU.
-int current_sm() {
-  int device = 0, major = 0, minor = 0;
+// The current device as the registry's rules see it: compute capability (0, any, when there is no
+// device, e.g. while TensorRT-RTX builds on a machine without a GPU) and SM count (0: the heuristics'
+// default), so the untuned first tactic is the one the shape rules pick for this GPU.
+DeviceInfo current_device() {
+  int device = 0, major = 0, minor = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     cudaGetLastError();  // clear the non-sticky error so it does not surface in TensorRT's next check
-    return 0;
+    return {};
   }
-  return major * 10 + minor;
+  if (!cuda::current_device_sms(&device, &sms)) sms = 0;
+  return {major * 10 + minor, sms};
 }
 
 bool compiled(const char* kernel) { return cuda::find_impl(kernel) != nullptr; }
@@ -243,7 +245,7 @@ int32_t FusedConvPlugin::configurePlugin(const DynamicPluginTensorDesc* in, int3
     std::string why;
     tactics_.clear();
     workspace_bytes_ = 0;
-    for (const KernelDescriptor* k : profile_kernels(corners, current_sm(), compiled, &why)) {
+    for (const KernelDescriptor* k : profile_kernels(corners, current_device(), compiled, &why)) {
       tactics_.push_back(tactic_id(k->name));
       workspace_bytes_ = std::max(workspace_bytes_, cuda::find_impl(k->name)->workspace_size(corners.back()));
     }
@@ -322,7 +324,7 @@ int32_t FusedConvPlugin::onShapeChange(const nvinfer1::PluginTensorDesc* in, int
       if (!k->can_implement(problem_, &why)) return fail(std::string(k->name) + " cannot run these shapes: " + why);
       kernel_ = cuda::find_impl(k->name);
     } else {
-      for (const KernelDescriptor* k : find_kernels("tensorrt", problem_, &why, current_sm())) {
+      for (const KernelDescriptor* k : find_kernels("tensorrt", problem_, &why, current_device())) {
         if ((kernel_ = cuda::find_impl(k->name))) break;
       }
     }
