@@ -13,7 +13,7 @@ from rich.console import Console
 
 from .errors import EpifuseError
 from .passes.save import same_file
-from .pipeline import PRECISIONS, TARGETS, FusionPolicy, optimize_file, optimize_model
+from .pipeline import PRECISIONS, TARGETS, FusionPolicy, optimize_file, optimize_model, unfused_model
 from .report import Report
 from .tensorrt import add_build_engine_command
 from .triton import add_export_triton_command
@@ -68,7 +68,8 @@ def _run_optimize(args, console: Console, in_path: str, out_path: str, bench: bo
 
             if progress:
                 progress("verify")
-            report.verify = verify(in_path, out_path, precision=args.precision)
+            report.verify = verify(in_path, out_path, precision=args.precision,
+                                   baseline=_precision_baseline(in_path, args.target, args.precision))
         if bench and (report.verify is None or report.verify["passed"]):
             if progress:
                 progress("compare original and optimized")
@@ -179,6 +180,16 @@ def _available_backend(console: Console) -> str:
     return "ort-cpu"
 
 
+def _precision_baseline(original: str, target: str, precision: str):
+    """For fp16/bf16: the original converted to that precision alone, for the target (the error
+    the precision makes by itself widens the verify bound); None for fp32."""
+    if precision == "fp32":
+        return None
+    from .passes.load import load_model  # noqa: PLC0415
+
+    return unfused_model(load_model(original), target, precision)
+
+
 def cmd_verify(args, console: Console) -> int:
     from .passes.load import load_model  # noqa: PLC0415
     from .verify import verify  # noqa: PLC0415
@@ -193,7 +204,8 @@ def cmd_verify(args, console: Console) -> int:
             inputs = dict(np.load(args.inputs))
         except (OSError, ValueError) as e:
             raise EpifuseError(f"cannot read inputs: {e}", path=args.inputs) from None
-    result = verify(args.original, args.optimized, precision=args.precision, inputs=inputs)
+    result = verify(args.original, args.optimized, precision=args.precision, inputs=inputs,
+                    baseline=_precision_baseline(args.original, args.target, args.precision))
     report = Report(model=args.optimized, verify=result)
     console.print_json(json.dumps(result))
     if not result["passed"]:
@@ -346,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("optimized")
     p.add_argument("--inputs", metavar="FILE.npz", help="input arrays by name (default: random)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32", help="sets the error bound")
+    p.add_argument("--target", choices=TARGETS, default="ort-cpu",
+                   help="what the model was optimized for: with fp16/bf16 the original is converted as for it, "
+                        "and twice that conversion's own error is also allowed")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("inspect", help="what would fuse, and why not where not")

@@ -123,8 +123,10 @@ class Report:
         if self.verify:
             v = self.verify
             status = "[green]PASS[/green]" if v["passed"] else "[red]FAIL[/red]"
+            own = max(v.get("precision_own_rel_l2", {}).values(), default=0.0)
+            why = f"; the precision alone makes {own:.1e}" if 2 * own >= v["tolerance"] else ""
             console.print(f"verify on {v['provider']}: {status} — worst relative L2 error "
-                          f"{v['worst_rel_l2']:.2e} (bound {v['tolerance']:.1e}) over {v['outputs']} outputs")
+                          f"{v['worst_rel_l2']:.2e} (bound {v['tolerance']:.1e}{why}) over {v['outputs']} outputs")
 
 
     def decision_table(self):

@@ -177,6 +177,41 @@ def test_cli_verify_detects_a_wrong_model(tmp_path, capsys):
     assert main(["verify", str(src), str(out)]) == 1
 
 
+def _offset_model(offset: float) -> onnx.ModelProto:
+    """y = (x + 1000.3) - (1000 - offset) = x + 0.3 + offset in fp32. In fp16 the constant 1000.3 rounds
+    to 1000.5 (the spacing there is 0.5), so x ~ N(0, 1) comes back 0.2 off: a relative error of about
+    0.2 that is the precision's (its rounding of the model's constants), not a bug's."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8, 8])
+    constants = [onnx.numpy_helper.from_array(np.array(1000.3, np.float32), "shift"),
+                 onnx.numpy_helper.from_array(np.array(1000.0 - offset, np.float32), "back")]
+    graph = helper.make_graph([helper.make_node("Add", ["x", "shift"], ["s"]), helper.make_node("Sub", ["s", "back"], ["y"])],
+                              "offset", [x], [y], constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_low_precision_verify_allows_twice_the_precisions_own_error_and_no_more(tmp_path, capsys):
+    from optimizer.pipeline import unfused_model
+
+    original = _offset_model(0.0)
+    fp16 = unfused_model(original, "ort-cpu", "fp16")
+    assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in fp16.graph.initializer)
+    assert not verify(original, fp16, precision="fp16")["passed"]  # 0.2 > 1e-2: the precision's own error
+    result = verify(original, fp16, precision="fp16", baseline=fp16)
+    assert result["passed"] and 0.05 < result["precision_own_rel_l2"]["y"] < 0.5
+    # off by 1 on top of fp16's rounding: past twice the precision's error, still caught
+    wrong = unfused_model(_offset_model(1.0), "ort-cpu", "fp16")
+    assert not verify(original, wrong, precision="fp16", baseline=fp16)["passed"]
+    # the CLI converts the original for the target itself
+    onnx.save(original, tmp_path / "m.onnx")
+    onnx.save(fp16, tmp_path / "o.onnx")
+    onnx.save(wrong, tmp_path / "w.onnx")
+    assert main(["verify", str(tmp_path / "m.onnx"), str(tmp_path / "o.onnx"), "--precision", "fp16"]) == 0
+    assert main(["verify", str(tmp_path / "m.onnx"), str(tmp_path / "w.onnx"), "--precision", "fp16"]) == 1
+
+
 def test_cli_inspect_lists_fusions_and_refusals(tmp_path, capsys):
     src = tmp_path / "m.onnx"
     onnx.save(zoo.build("mobilenetv3_tiny"), src)
