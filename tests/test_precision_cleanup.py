@@ -3,6 +3,7 @@ constants converted once; cleanup: duplicate initializers merged."""
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from optimizer.passes.cleanup import merge_duplicate_initializers
@@ -42,6 +43,20 @@ def test_fp16_on_gpu_targets_casts_only_at_the_edges():
     assert {i.data_type for i in out.graph.initializer} == {TensorProto.FLOAT16}
     feeds = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)}
     assert rel_l2(run_ort(out, feeds)[0], run_ort(m, feeds)[0]) < 2e-3
+
+
+@pytest.mark.parametrize("opset, expected", [
+    (17, ["Cast", "Relu", "Cast", "HardSwish", "Cast", "Add", "Cast"]),  # HardSwish takes bfloat16 from opset 22
+    (22, ["Cast", "Relu", "HardSwish", "Add", "Cast"]),
+])
+@pytest.mark.parametrize("target", ["ort-cuda", "tensorrt"])
+def test_bf16_on_gpu_targets_only_where_the_schema_admits_it(opset, expected, target):
+    """A node whose ONNX schema at the model's opset has no bfloat16 (at 17: Conv, MaxPool,
+    GlobalAveragePool, HardSwish) stays float32 between Casts: as bf16 the model would be invalid and
+    no runtime would load it."""
+    out = _convert(_chain(["Relu", "HardSwish", "Add"], opset=opset), "bf16", target)
+    assert ops(out) == expected
+    onnx.checker.check_model(out, full_check=True)
 
 
 def test_cpu_target_keeps_ops_without_fp16_kernels_in_fp32():

@@ -8,6 +8,8 @@ their (already BN-folded, fp32) values, i.e. rounded once.
 """
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -36,16 +38,46 @@ _GPU_EXCLUDED = {"Cast", "CastLike", "ConstantOfShape", "Shape", "Size", "Range"
                  "If", "Scan", "BatchNormalization", "InstanceNormalization"}
 # inputs that must stay float32 whatever the data dtype (Resize's roi and scales)
 _FP32_INPUTS = {"Resize": {1, 2}}
+_TYPE_STRS = {"fp16": "tensor(float16)", "bf16": "tensor(bfloat16)"}
 
 
-def _runs_low(node: gs.Node, target: str, precision: str) -> bool:
+@functools.lru_cache(maxsize=None)
+def _admitted(op: str, opset: int, precision: str) -> tuple[bool, frozenset[int]] | None:
+    """Whether the ONNX schema of `op` at `opset` lets its first output be `precision`, and which input
+    positions then do not admit it (they stay float32); None for an op ONNX does not define. bfloat16
+    came to ops one opset at a time: at opset 17 Conv, MaxPool, GlobalAveragePool and HardSwish refuse
+    it, and a model holding such a node is invalid (ONNX Runtime will not load it)."""
+    try:
+        schema = onnx.defs.get_schema(op, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    want = _TYPE_STRS[precision]
+
+    def admits(type_str: str) -> bool:
+        return want in allowed.get(type_str, {type_str})  # a fixed type ("tensor(float)") admits only itself
+
+    if not schema.outputs or not admits(schema.outputs[0].type_str):
+        return False, frozenset()
+    params = schema.inputs
+    refused = set()
+    for i in range(max(len(params), 16)):
+        formal = params[i] if i < len(params) else params[-1] if params and \
+            params[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic else None
+        if formal is not None and not admits(formal.type_str):
+            refused.add(i)
+    return True, frozenset(refused)
+
+
+def _runs_low(node: gs.Node, target: str, precision: str, opset: int) -> bool:
     if node.op == contract.OP_TYPE and node.domain == contract.DOMAIN:
         return True
     if node.domain not in (None, "", "ai.onnx"):
         return False
     if target == "ort-cpu":
         return node.op in (_CPU_FP16 if precision == "fp16" else _MOVE)
-    return node.op not in _GPU_EXCLUDED
+    admitted = _admitted(node.op, opset, precision)
+    return node.op not in _GPU_EXCLUDED and (admitted is None or admitted[0])
 
 
 def _is_float32(t: gs.Tensor) -> bool:
@@ -63,7 +95,7 @@ def precision(graph: gs.Graph, report: Report, precision: str, target: str) -> g
         raise EpifuseError(f"bf16 needs ai.onnx opset 13 or newer (Cast and Transpose admit bfloat16 from 13); "
                            f"the model is opset {graph.opset}")
     low = LOW_DTYPES[precision]
-    low_nodes = {id(n) for n in graph.nodes if _runs_low(n, target, precision)}
+    low_nodes = {id(n) for n in graph.nodes if _runs_low(n, target, precision, graph.opset)}
     casts: dict[tuple[str, str], gs.Tensor] = {}
     converted: dict[str, gs.Constant] = {}
     graph_outputs = {id(t) for t in graph.outputs}
@@ -101,10 +133,14 @@ def precision(graph: gs.Graph, report: Report, precision: str, target: str) -> g
     # 2. every edge into an original node gets the dtype that node runs in
     for node in original_nodes:
         wants_low = id(node) in low_nodes
-        keep = _FP32_INPUTS.get(node.op, set())
+        admitted = _admitted(node.op, graph.opset, precision) if node.domain in (None, "", "ai.onnx") else None
+        keep = _FP32_INPUTS.get(node.op, set()) | (admitted[1] if admitted else set())
         new_inputs = []
         for i, t in enumerate(node.inputs):
             if not t.name or i in keep:
+                if t.name and wants_low and not isinstance(t, gs.Constant) and t.dtype is not None and \
+                        np.dtype(t.dtype) == low:
+                    t = cast(t, "fp32")  # a position the schema keeps float32 on a low-precision node
                 new_inputs.append(t)
                 continue
             if isinstance(t, gs.Constant):
