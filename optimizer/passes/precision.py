@@ -93,7 +93,8 @@ def precision(graph: gs.Graph, report: Report, precision: str, target: str) -> g
         return graph
     if precision == "bf16" and graph.opset < 13:
         raise EpifuseError(f"bf16 needs ai.onnx opset 13 or newer (Cast and Transpose admit bfloat16 from 13); "
-                           f"the model is opset {graph.opset}")
+                           f"the model is opset {graph.opset} (onnx.version_converter.convert_version can raise it, "
+                           f"or use --precision fp16)")
     low = LOW_DTYPES[precision]
     low_nodes = {id(n) for n in graph.nodes if _runs_low(n, target, precision, graph.opset)}
     casts: dict[tuple[str, str], gs.Tensor] = {}
