@@ -239,7 +239,8 @@ class _RegionModel:
             data = [t for j, t in enumerate(node.inputs) if j not in params and t.name and constant_value(t) is None]
             sources = [producer(t) for t in data]
             from_nhwc = [s is not None and id(s) in nodes for s in sources]
-            if any(from_nhwc) and all(f or (s is not None and _is_transpose(s, TO_NCHW)) for f, s in zip(from_nhwc, sources)) \
+            permuted = [s is not None and _is_transpose(s, TO_NCHW) for s in sources]
+            if any(from_nhwc) and all(f or q for f, q in zip(from_nhwc, permuted)) \
                     and all(len(shape_of(t) or [0] * 4) == 4 for t in data):  # unknown rank: taken as 4-D
                 nodes.add(id(node))
         return nodes

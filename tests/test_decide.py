@@ -191,7 +191,8 @@ def test_a_small_pool_is_weighed_in_the_layout_it_will_sit_in(tmp_path, conv_fus
     decisions = {d.node: d for d in report.decisions}
     if conv_fuses:
         assert list(dict.fromkeys(c[0] for c in timer.calls)) == [conv, f"{pool}_depthwise"]  # in that order
-        assert decisions[f"{pool}_depthwise"].fused and "GlobalAveragePool" not in [n.op_type for n in optimized.graph.node]
+        assert decisions[f"{pool}_depthwise"].fused
+        assert "GlobalAveragePool" not in [n.op_type for n in optimized.graph.node]
     else:
         assert {c[0] for c in timer.calls} == {conv}
         assert not decisions[pool].fused and decisions[pool].reason.startswith("its input is NCHW here")

@@ -200,8 +200,8 @@ def _offset_model(offset: float) -> onnx.ModelProto:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8, 8])
     constants = [onnx.numpy_helper.from_array(np.array(1000.3, np.float32), "shift"),
                  onnx.numpy_helper.from_array(np.array(1000.0 - offset, np.float32), "back")]
-    graph = helper.make_graph([helper.make_node("Add", ["x", "shift"], ["s"]), helper.make_node("Sub", ["s", "back"], ["y"])],
-                              "offset", [x], [y], constants)
+    nodes = [helper.make_node("Add", ["x", "shift"], ["s"]), helper.make_node("Sub", ["s", "back"], ["y"])]
+    graph = helper.make_graph(nodes, "offset", [x], [y], constants)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -47,8 +47,8 @@ def offered(desc, sm_count=132):
     (dw(1, 9, 11, 10, 3), ["cuda_depthwise_scalar"]),
     # a symbolic batch: every kernel whose other limits hold, in the registry's order
     (dw(-1, 56, 56, 96, 3), DEPTHWISE),
-], ids=["cnx_b32", "effb0_5x5_b32", "effb0_5x5_b1", "7x7_narrow", "global_pool_b32", "global_pool_b1", "stride2", "dilated", "9x9",
-        "multiplier2", "c10", "symbolic_batch"])
+], ids=["cnx_b32", "effb0_5x5_b32", "effb0_5x5_b1", "7x7_narrow", "global_pool_b32", "global_pool_b1", "stride2",
+        "dilated", "9x9", "multiplier2", "c10", "symbolic_batch"])
 def test_depthwise_kernels_offered_best_first(desc, expected):
     assert offered(desc) == expected
 
