@@ -108,8 +108,10 @@ def verify(original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, *,
         actual = dict(zip([o.name for o in opt.get_outputs()], opt.run(None, inputs)))
     except _ORT_ERRORS as e:
         first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        kernel_missing = "NOT_IMPLEMENTED" in first or "Could not find an implementation" in first
         hint = ("; its CPU EP has no bfloat16 kernels for most ops, so a bf16 model made for the CUDA EP is "
-                "checked on the GPU (`epifuse compare`) or as its fp16 build" if "bfloat16" in first else "")
+                "checked on the GPU (`epifuse compare`) or as its fp16 build" if precision == "bf16" and kernel_missing
+                else "")
         raise EpifuseError(f"ONNX Runtime cannot run {which}: {first[:300]}{hint}",
                            path=original if which == "the original model" and isinstance(original, str)
                            else optimized if isinstance(optimized, str) else None) from None

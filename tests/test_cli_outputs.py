@@ -125,3 +125,16 @@ def test_one_line_errors_for_bad_arguments_and_a_machine_without_a_gpu(tmp_path,
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, (args, err)
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_bf16_model_for_the_cuda_ep_that_the_cpu_cannot_run_is_explained(tmp_path, capsys):
+    """ORT's CPU EP has no bfloat16 ReduceMean or MatMul (EfficientNet's squeeze-excite pools): --verify of
+    a bf16 model made for the CUDA EP stops with that reason and how to check it instead, writing nothing.
+    Where a later ORT gains the kernels, the model verifies instead."""
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(zoo.build("efficientnet_tiny", batch=1), src)
+    code = main(["optimize", str(src), "-o", str(out), "--target", "ort-cuda", "--precision", "bf16", "--verify"])
+    if code == 0:
+        return
+    assert code == 2 and not out.exists()
+    assert "no bfloat16 kernels" in capsys.readouterr().err
