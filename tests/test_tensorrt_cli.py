@@ -49,6 +49,17 @@ def test_missing_tensorrt_is_a_clear_error(monkeypatch, tmp_path, capsys):
     assert "TensorRT's Python API is not installed" in capsys.readouterr().err
 
 
+def test_a_folder_named_tensorrt_on_the_path_is_not_tensorrt(monkeypatch, tmp_path):
+    """A checkout's `tensorrt/` folder on sys.path imports as an empty namespace package (pytest put the
+    tests' own one there): it must not pass for TensorRT's Python API."""
+    import types
+
+    for name in ("tensorrt", "tensorrt_rtx_bindings"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))  # what such a folder imports as
+    with pytest.raises(EpifuseError, match="TensorRT's Python API is not installed"):
+        tensorrt.load_tensorrt()
+
+
 def test_bench_tensorrt_without_a_runtime_is_a_clear_error(tmp_path, capsys):
     """Running a plan needs TensorRT's runtime and a GPU; where either is missing: exit 2, one line."""
     from optimizer.cli import main
