@@ -21,8 +21,8 @@ import onnx_graphsurgeon as gs
 from . import registry
 from .contract import DTYPE_CODES, PRECISION_CODES, PRECISION_OF_CODE
 from .costs import Costs, FusionGroup, Timing
-from .graph import concrete_shapes, constant_value, producer, shape_of
-from .passes.layout import HANDLERS
+from .graph import NCHW_TO_NHWC, NHWC_TO_NCHW, concrete_shapes, constant_value, is_transpose, producer, shape_of
+from .passes.layout import HANDLERS, variable_data_inputs
 from .registry import ConvDesc
 
 MODES = ("auto", "static", "always")
@@ -201,13 +201,6 @@ class Decider:
                     f"by {'fusing' if chosen else 'not fusing'} it at batch {batches[0]}")
 
 
-TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
-
-
-def _is_transpose(node: gs.Node, perm: tuple[int, ...]) -> bool:
-    return node.op == "Transpose" and tuple(int(v) for v in node.attrs.get("perm", ())) == perm
-
-
 class _RegionModel:
     """The estimated time of a choice of fused candidates: their FusedConv times, the runtime's times for
     the others, and a Transpose for every tensor that crosses between the NHWC and NCHW parts, less the
@@ -235,11 +228,10 @@ class _RegionModel:
         for node in self.order:
             if id(node) in nodes or node.op not in HANDLERS:  # ops the layout pass moves Transposes through
                 continue
-            params = HANDLERS[node.op].params
-            data = [t for j, t in enumerate(node.inputs) if j not in params and t.name and constant_value(t) is None]
+            data = variable_data_inputs(node)
             sources = [producer(t) for t in data]
             from_nhwc = [s is not None and id(s) in nodes for s in sources]
-            permuted = [s is not None and _is_transpose(s, TO_NCHW) for s in sources]
+            permuted = [is_transpose(s, NHWC_TO_NCHW) for s in sources]
             if any(from_nhwc) and all(f or q for f, q in zip(from_nhwc, permuted)) \
                     and all(len(shape_of(t) or [0] * 4) == 4 for t in data):  # unknown rank: taken as 4-D
                 nodes.add(id(node))
@@ -257,7 +249,7 @@ class _RegionModel:
                 continue
             for t in node.outputs:
                 outside = [c for c in t.outputs if id(c) not in nhwc]
-                absorbing = [c for c in outside if _is_transpose(c, TO_NHWC)]
+                absorbing = [c for c in outside if is_transpose(c, NCHW_TO_NHWC)]
                 if id(t) in self.graph_outputs or len(absorbing) < len(outside):
                     added[id(t)] = t
                 removed.update((id(c), t) for c in absorbing)
@@ -269,7 +261,7 @@ class _RegionModel:
                 source = producer(t)
                 if not t.name or constant_value(t) is not None or (source is not None and id(source) in nhwc):
                     continue
-                if source is not None and _is_transpose(source, TO_NCHW):
+                if is_transpose(source, NHWC_TO_NCHW):
                     if id(t) not in self.graph_outputs and all(id(c) in nhwc for c in t.outputs):
                         removed[id(source)] = t
                     continue

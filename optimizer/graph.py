@@ -13,6 +13,11 @@ def producer(t: gs.Tensor) -> gs.Node | None:
     return t.inputs[0] if t.inputs else None
 
 
+def is_transpose(node: gs.Node | None, perm: tuple[int, ...]) -> bool:
+    """`node` is a Transpose by `perm`."""
+    return node is not None and node.op == "Transpose" and tuple(int(v) for v in node.attrs.get("perm", ())) == perm
+
+
 def constant_value(t: gs.Tensor | None) -> np.ndarray | None:
     """The value of a constant tensor (initializer or Constant-node output), else None."""
     if t is None:

@@ -75,12 +75,15 @@ def rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
     return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-30))
 
 
+def _outputs(session, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
+
+
 def _run_baseline(baseline: onnx.ModelProto | str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The baseline's outputs, or none where the CPU EP cannot run it (bf16 converted for the CUDA EP
     has ops without CPU kernels): the bound is then the precision's and ORT's own, as without one."""
     try:
-        base = _session(baseline, reference=False)
-        return dict(zip([o.name for o in base.get_outputs()], base.run(None, inputs)))
+        return _outputs(_session(baseline, reference=False), inputs)
     except _ORT_ERRORS:
         return {}
 
@@ -98,14 +101,11 @@ def verify(original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, *,
     # ORT's own errors (a model it rejects, an allocation that fails) become one clear line
     which = "the original model"
     try:
-        ref = _session(original, reference=True)
-        expected = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, inputs)))
-        own = _session(original, reference=False, ort_optimized=True)
-        ort_own = dict(zip([o.name for o in own.get_outputs()], own.run(None, inputs)))
+        expected = _outputs(_session(original, reference=True), inputs)
+        ort_own = _outputs(_session(original, reference=False, ort_optimized=True), inputs)
         precision_own = _run_baseline(baseline, inputs) if baseline is not None else {}
         which = "the optimized model"
-        opt = _session(optimized, reference=False)
-        actual = dict(zip([o.name for o in opt.get_outputs()], opt.run(None, inputs)))
+        actual = _outputs(_session(optimized, reference=False), inputs)
     except _ORT_ERRORS as e:
         first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
         kernel_missing = "NOT_IMPLEMENTED" in first or "Could not find an implementation" in first

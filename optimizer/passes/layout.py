@@ -316,6 +316,12 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+def variable_data_inputs(node: gs.Node) -> list[gs.Tensor]:
+    """The inputs of a HANDLERS op that a Transpose moves through and that are not constants."""
+    params = HANDLERS[node.op].params
+    return [t for i, t in enumerate(node.inputs) if i not in params and t.name and constant_value(t) is None]
+
+
 def _count_transposes(graph: gs.Graph) -> int:
     return sum(1 for n in graph.nodes if n.op == "Transpose")
 

@@ -25,10 +25,10 @@ import onnx_graphsurgeon as gs
 
 from ..costs import NHWC_POOL, NHWC_POOL_GEMV
 from ..decide import Verdict
-from ..graph import constant_value, make_constant, make_variable, producer, replace_uses, shape_of
+from ..graph import NHWC_TO_NCHW, is_transpose, make_constant, make_variable, producer, replace_uses, shape_of
 from ..registry import ConvDesc
 from ..report import Report
-from .layout import HANDLERS
+from .layout import HANDLERS, variable_data_inputs
 
 MAX_PIXELS = 64
 
@@ -51,11 +51,10 @@ def _from_nhwc(t: gs.Tensor, depth: int = 8) -> bool:
     if node is None or depth == 0:
         return False
     if node.op == "Transpose":
-        return [int(v) for v in node.attrs.get("perm", ())] == [0, 3, 1, 2]
+        return is_transpose(node, NHWC_TO_NCHW)
     if node.op not in HANDLERS:
         return False
-    data = [i for j, i in enumerate(node.inputs)
-            if j not in HANDLERS[node.op].params and i.name and constant_value(i) is None]
+    data = variable_data_inputs(node)
     return bool(data) and all(_from_nhwc(i, depth - 1) for i in data)
 
 

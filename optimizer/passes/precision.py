@@ -42,9 +42,9 @@ _TYPE_STRS = {"fp16": "tensor(float16)", "bf16": "tensor(bfloat16)"}
 
 
 @functools.lru_cache(maxsize=None)
-def _admitted(op: str, opset: int, precision: str) -> tuple[bool, frozenset[int]] | None:
-    """Whether the ONNX schema of `op` at `opset` lets its first output be `precision`, and which input
-    positions then do not admit it (they stay float32); None for an op ONNX does not define. bfloat16
+def _admitted(op: str, opset: int, precision: str, n_inputs: int) -> tuple[bool, frozenset[int]] | None:
+    """Whether the ONNX schema of `op` at `opset` lets its first output be `precision`, and which of its
+    `n_inputs` inputs then do not admit it (they stay float32); None for an op ONNX does not define. bfloat16
     came to ops one opset at a time: at opset 17 Conv, MaxPool, GlobalAveragePool and HardSwish refuse
     it, and a model holding such a node is invalid (ONNX Runtime will not load it)."""
     try:
@@ -61,7 +61,7 @@ def _admitted(op: str, opset: int, precision: str) -> tuple[bool, frozenset[int]
         return False, frozenset()
     params = schema.inputs
     refused = set()
-    for i in range(max(len(params), 16)):
+    for i in range(n_inputs):
         formal = params[i] if i < len(params) else params[-1] if params and \
             params[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic else None
         if formal is not None and not admits(formal.type_str):
@@ -76,7 +76,7 @@ def _runs_low(node: gs.Node, target: str, precision: str, opset: int) -> bool:
         return False
     if target == "ort-cpu":
         return node.op in (_CPU_FP16 if precision == "fp16" else _MOVE)
-    admitted = _admitted(node.op, opset, precision)
+    admitted = _admitted(node.op, opset, precision, len(node.inputs))
     return node.op not in _GPU_EXCLUDED and (admitted is None or admitted[0])
 
 
@@ -134,7 +134,8 @@ def precision(graph: gs.Graph, report: Report, precision: str, target: str) -> g
     # 2. every edge into an original node gets the dtype that node runs in
     for node in original_nodes:
         wants_low = id(node) in low_nodes
-        admitted = _admitted(node.op, graph.opset, precision) if node.domain in (None, "", "ai.onnx") else None
+        admitted = _admitted(node.op, graph.opset, precision, len(node.inputs)) \
+            if node.domain in (None, "", "ai.onnx") else None
         keep = _FP32_INPUTS.get(node.op, set()) | (admitted[1] if admitted else set())
         new_inputs = []
         for i, t in enumerate(node.inputs):
