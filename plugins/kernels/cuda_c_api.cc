@@ -14,26 +14,16 @@ namespace {
 using epifuse::ConvProblem;
 using epifuse::Status;
 
-Status current_sm(int* sm) {
-  int device = 0, major = 0, minor = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (e != cudaSuccess) return Status::Error(std::string("no CUDA device: ") + cudaGetErrorString(e));
-  *sm = major * 10 + minor;
-  return Status::Ok();
-}
-
 // Registry kernels for the problem on this device that this build contains.
 Status runnable(const char* target, const ConvProblem& p, std::vector<const epifuse::KernelDescriptor*>* out) {
-  int sm = 0, device = 0, sm_count = 0;
-  EPIFUSE_RETURN_IF_ERROR(current_sm(&sm));
-  if (!epifuse::cuda::current_device_sms(&device, &sm_count)) sm_count = 0;  // the heuristics' default
+  epifuse::DeviceInfo device;
+  EPIFUSE_RETURN_IF_ERROR(epifuse::cuda::current_device_info(&device));
   std::string why;
-  for (const auto* k : epifuse::find_kernels(target, p, &why, epifuse::DeviceInfo{sm, sm_count}))
+  for (const auto* k : epifuse::find_kernels(target, p, &why, device))
     if (epifuse::cuda::find_impl(k->name)) out->push_back(k);
   if (out->empty())
-    return Status::Error(why.empty() ? "no kernel in this build runs the problem on sm_" + std::to_string(sm) : why);
+    return Status::Error(why.empty() ? "no kernel in this build runs the problem on sm_" + std::to_string(device.sm)
+                                     : why);
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "conv_problem.h"
+#include "heuristics.h"
 #include "status.h"
 
 // The 16-bit twins this build compiles (EPIFUSE_CUDA_DTYPES in CMake): the kernel tables list only those.
@@ -77,6 +78,9 @@ std::vector<const char*> compiled_kernel_names();
 // The current device and its SM count, cached per device (launch paths call it on every run);
 // false, with the CUDA error cleared, when CUDA cannot say.
 bool current_device_sms(int* device, int* sms);
+// The current device as the registry's rules see it: compute capability and SM count (0 where CUDA
+// cannot say: the heuristics' default). An error, with the CUDA error cleared, when there is no device.
+Status current_device_info(DeviceInfo* out);
 
 // Programmatic dependent launch for the kernels that support it (EPIFUSE_PDL=1; off by default
 // until measured): such a kernel may be scheduled while the previous kernel on the stream drains,

@@ -27,6 +27,21 @@ bool current_device_sms(int* device, int* sms) {
   return true;
 }
 
+Status current_device_info(DeviceInfo* out) {
+  int device = 0, major = 0, minor = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // non-sticky: not the caller's next check's
+    *out = {};
+    return Status::Error(std::string("no CUDA device: ") + cudaGetErrorString(e));
+  }
+  if (!current_device_sms(&device, &sms)) sms = 0;
+  *out = {major * 10 + minor, sms};
+  return Status::Ok();
+}
+
 bool programmatic_launch_enabled() {
   const char* v = std::getenv("EPIFUSE_PDL");
   return v && v[0] != '\0' && std::strcmp(v, "0") != 0;

@@ -62,19 +62,12 @@ Status bind_problem(const ConvAttributes& a, DType dtype, const Dims& x, const D
   return bind_shapes(a, dtype, x, w, &b, z != nullptr, z, p);
 }
 
-// The current device as the registry's rules see it: compute capability (0, any, when there is no
-// device, e.g. while TensorRT-RTX builds on a machine without a GPU) and SM count (0: the heuristics'
-// default), so the untuned first tactic is the one the shape rules pick for this GPU.
+// The current device as the registry's rules see it; compute capability 0 (any) where there is no
+// device, e.g. while TensorRT-RTX builds on a machine without a GPU.
 DeviceInfo current_device() {
-  int device = 0, major = 0, minor = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();  // clear the non-sticky error so it does not surface in TensorRT's next check
-    return {};
-  }
-  if (!cuda::current_device_sms(&device, &sms)) sms = 0;
-  return {major * 10 + minor, sms};
+  DeviceInfo d;
+  (void)cuda::current_device_info(&d);  // no device: {0, 0}, the error cleared for TensorRT's next check
+  return d;
 }
 
 bool compiled(const char* kernel) { return cuda::find_impl(kernel) != nullptr; }
