@@ -32,10 +32,9 @@ bool depthwise_problem(const ConvProblem& p, std::string* why) {
 
 int element_bytes(DType t) { return t == DType::kFloat ? 4 : 2; }
 
-// The vector, strip and tile kernels: one output channel per input channel, the channels of a pixel in
-// whole vectors of `vec` elements.
+// The vector, strip and tile kernels, on a depthwise problem: one output channel per input channel, the
+// channels of a pixel in whole vectors of `vec` elements.
 bool one_channel_each(const ConvProblem& p, int vec, std::string* why) {
-  if (!depthwise_problem(p, why)) return false;
   if (p.K != p.C) return reject(why, "channel multiplier " + std::to_string(p.K / std::max<int64_t>(p.C, 1)) + " (needs 1)");
   if (p.C % vec != 0) return reject(why, "C = " + std::to_string(p.C) + " is not a multiple of " + std::to_string(vec));
   return true;
@@ -54,7 +53,7 @@ bool depthwise_scalar_can_implement(const ConvProblem& p, std::string* why) { re
 
 bool depthwise_vec_can_implement(const ConvProblem& p, std::string* why) {
   using namespace depthwise;
-  if (!one_channel_each(p, vec_width(element_bytes(p.dtype)), why)) return false;
+  if (!depthwise_problem(p, why) || !one_channel_each(p, vec_width(element_bytes(p.dtype)), why)) return false;
   const int64_t slice = vec_slice(p.C, element_bytes(p.dtype));
   if ((p.C + slice - 1) / slice > 65535) return reject(why, "C = " + std::to_string(p.C) + ": more than 65535 channel slices");
   const int64_t taps = saturating_product({p.R, p.S, slice});
