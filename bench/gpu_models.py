@@ -5,7 +5,11 @@ optionally against fusing wherever a kernel exists (`--fuse always`, the behavio
 (`epifuse compare`), each batch size.
 
     python bench/gpu_models.py --models resnext50_32x4d,regnet_y_1_6gf,mixnet_s,/path/ppocrv4_det.onnx \\
-        [--precision fp16] [--batches 1,16] [--also-always] [--costs-cache FILE] [--markdown FILE]
+        [--precision fp16] [--batches 1,16] [--also-always] [--per-batch] [--costs-cache FILE] [--markdown FILE]
+
+One optimized model serves every batch size (decided for all of them: a fusion is kept only where it is faster at
+each); `--per-batch` also times a model decided for each batch size alone (`epifuse optimize --batch N`, the
+default being batch 1), from the same measurements.
 
 Names are bench/export_models.py's (exported here with random weights and BatchNorm statistics) or
 yolov8n/s/m (built by models/yolo.py); paths are ONNX files, their symbolic height and width set to --size. Needs onnxruntime-gpu and a CUDA
@@ -61,6 +65,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=640, help="height and width for inputs whose are symbolic")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--also-always", action="store_true", help="also time --fuse always")
+    ap.add_argument("--per-batch", action="store_true", help="also time a model decided for each batch alone")
     ap.add_argument("--costs-cache", help="the measurements' cache (a costs file; default: a new one)")
     ap.add_argument("--tune", action="store_true",
                     help="tune kernels when first chosen (EPIFUSE_TUNE=1; default: the registry's heuristic)")
@@ -97,17 +102,27 @@ def main() -> int:
             r = compare(model, auto, backend="ort-cuda", batch=batch, precision=args.precision, rounds=args.rounds)
             row = {"model": name, "batch": batch, "ort": r["original_ms"], "epifuse": r["optimized_ms"],
                    "speed-up": r["speedup"], "q1": r["speedup_q1"], "q3": r["speedup_q3"], "fused": fused,
-                   "optimize s": seconds, "always": float("nan")}
+                   "optimize s": seconds, "always": float("nan"), "alone": float("nan"), "fused alone": "-"}
+            if args.per_batch and len(batches) > 1:
+                alone, alone_report = optimize_model(model, target="ort-cuda", precision=args.precision,
+                                                     policy=FusionPolicy(mode=args.fuse, batches=(batch,),
+                                                                         measure_budget_s=1200, cache_path=cache))
+                row["fused alone"] = (f"{sum(d.fused for d in alone_report.decisions)}/"
+                                      f"{len(alone_report.decisions)}")
+                row["alone"] = compare(model, alone, backend="ort-cuda", batch=batch, precision=args.precision,
+                                       rounds=args.rounds)["speedup"]
             if always is not None:
                 row["always"] = compare(model, always, backend="ort-cuda", batch=batch, precision=args.precision,
                                         rounds=args.rounds)["speedup"]
             rows.append(row)
             print(f"{name} batch {batch}: ORT {row['ort']:.3f} ms, epifuse {row['epifuse']:.3f} ms, "
-                  f"{row['speed-up']:.3f}x ({row['q1']:.3f}-{row['q3']:.3f}); always {row['always']:.3f}x", flush=True)
-    lines = ["| model | batch | ORT best ms | epifuse ms | speed-up | interquartile | fused | fuse=always |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  f"{row['speed-up']:.3f}x ({row['q1']:.3f}-{row['q3']:.3f}); decided for this batch alone "
+                  f"{row['alone']:.3f}x ({row['fused alone']}); always {row['always']:.3f}x", flush=True)
+    lines = ["| model | batch | ORT best ms | epifuse ms | speed-up | interquartile | fused | this batch alone "
+             "| fuse=always |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['batch']} | {r['ort']:.3f} | {r['epifuse']:.3f} | {r['speed-up']:.3f}x | "
-              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['always']:.3f}x |" for r in rows]
+              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['alone']:.3f}x ({r['fused alone']}) | "
+              f"{r['always']:.3f}x |" for r in rows]
     print("\n".join(lines))
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")
