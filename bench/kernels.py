@@ -45,6 +45,9 @@ LAYERS = [
     ("mixnet.dw9x9", 32, 14, 14, 240, 240, 9, 9, 1, 4, 240),
     ("mbv3.gap7x7", 32, 7, 7, 960, 960, 7, 7, 1, 0, 960),    # GlobalAveragePool as a depthwise conv
     ("mbv3.b1.gap7x7", 1, 7, 7, 960, 960, 7, 7, 1, 0, 960),
+    ("mbv3.se.gap28x28", 32, 28, 28, 120, 120, 28, 28, 1, 0, 120),  # a squeeze-excite pool on a larger map
+    ("r50.fc", 32, 1, 1, 2048, 1000, 1, 1, 1, 0, 1),            # the classifier Gemm as a 1x1 conv
+    ("mbv3.fc", 32, 1, 1, 1280, 1000, 1, 1, 1, 0, 1),
     ("r50.b1.s2.3x3", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1),
     ("y8s.b1.stem", 1, 640, 640, 3, 16, 3, 3, 2, 1, 1),
 ]

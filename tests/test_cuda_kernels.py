@@ -109,11 +109,16 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (1, 9, 9, 1032, 1032, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1032),  # depthwise C > 512: channel split
     (1, 9, 11, 10, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 10),    # depthwise C % 4 != 0: scalar only
     (3, 7, 7, 96, 96, 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), 96),     # global 7x7 pool as a depthwise conv
+    (2, 28, 28, 72, 72, 28, 28, (1, 1), (0, 0, 0, 0), (1, 1), 72),  # global 28x28: taps in chunks, part slice
+    (3, 5, 9, 34, 34, 5, 9, (2, 2), (0, 0, 0, 0), (1, 1), 34),     # global 5x9, strided, C = 34
     (2, 11, 12, 40, 40, 9, 9, (1, 1), (4, 4, 4, 4), (1, 1), 40),   # depthwise 9x9 (MixNet): vector kernel
     (1, 6, 40, 16, 16, 1, 5, (1, 2), (0, 2, 0, 2), (1, 1), 16),    # depthwise non-square, stride 1x2
     (1, 1, 1, 1152, 48, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # squeeze-excite 1x1 on one pixel (gemv)
     (32, 1, 1, 4, 96, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # excite, batch 32: C = 4 (scalar loads)
     (3, 2, 5, 37, 19, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # 30 pixels, odd C and K (gemv)
+    (32, 1, 1, 1280, 1000, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # classifier at batch 32: gemv, 16 rows a warp
+    (24, 1, 1, 64, 400, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # gemv, 8 rows a warp
+    (20, 1, 1, 96, 600, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # gemv, 16 rows a warp, the second block partial
     (4, 96, 96, 64, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),    # 288 tiles of 128x64: persistent CTAs loop
     (3, 60, 62, 64, 192, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),   # several N tiles, last M tile partial
     (1, 7, 7, 1024, 256, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # batch-1 1x1, 4 tiles x 16 k-tiles: 64-row tiles, stream-K
@@ -154,6 +159,7 @@ def test_residual_depthwise_and_fp32(residual):
     _run_all("float32", 2, 9, 9, 16, 16, 3, 3, pads=(1, 1, 1, 1), group=16, residual=residual, act="relu")
     _run_all("float16", 1, 9, 9, 16, 32, 3, 3, pads=(1, 1, 1, 1), residual=residual, act="mish")
     _run_all("bfloat16", 2, 14, 15, 96, 96, 7, 7, pads=(3, 3, 3, 3), group=96, residual=residual, act="silu")
+    _run_all("float16", 3, 7, 7, 96, 96, 7, 7, group=96, residual=residual, act="hardswish")  # global
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

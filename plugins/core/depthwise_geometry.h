@@ -11,12 +11,19 @@ namespace epifuse {
 
 // What each depthwise kernel can run (rules_direct.cc); the launches check the concrete problem with
 // them too, so a dimension unknown when the kernel was chosen cannot overflow its index math.
+bool depthwise_global_can_implement(const ConvProblem& p, std::string* why);
 bool depthwise_tile_can_implement(const ConvProblem& p, std::string* why);
 bool depthwise_strip_can_implement(const ConvProblem& p, std::string* why);
 bool depthwise_vec_can_implement(const ConvProblem& p, std::string* why);
 bool depthwise_scalar_can_implement(const ConvProblem& p, std::string* why);
 
 namespace depthwise {
+
+// ---- cuda_depthwise_global: the filter covers the whole unpadded map (a global pool written as a depthwise
+// conv: one output pixel per image). A block reduces kGlobalChannels channels (2 per thread) of one image,
+// kGlobalLanes lanes of threads splitting the pixels; the taps come through shared memory kGlobalTapChunk at
+// a time, as [tap][channel].
+constexpr int kGlobalChannels = 32, kGlobalLanes = 16, kGlobalTapChunk = 64;
 
 // ---- cuda_depthwise_vec: VEC = 16 bytes of channels per thread, one output pixel; the taps of a slice of
 // up to kVecGroups channel groups staged in shared memory as [tap][channel], at most kVecMaxTapFloats.

@@ -82,6 +82,23 @@ bool depthwise_strip_can_implement(const ConvProblem& p, std::string* why) {
   return true;
 }
 
+// One output pixel per image, from the whole map: pool_as_conv's global pools and SE blocks' squeezes.
+bool depthwise_global_can_implement(const ConvProblem& p, std::string* why) {
+  const ConvAttributes& a = p.attr;
+  if (!depthwise_problem(p, why) || !one_channel_each(p, 2, why)) return false;
+  if (a.pad_top || a.pad_left || a.pad_bottom || a.pad_right) return reject(why, "padded (needs no padding)");
+  if (a.dil_h != 1 || a.dil_w != 1) return reject(why, "dilated (needs dilation 1)");
+  if (!known(p.H) || !known(p.W)) return reject(why, "height or width unknown (the filter must cover the map)");
+  if (p.R != p.H || p.S != p.W)
+    return reject(why, std::to_string(p.R) + "x" + std::to_string(p.S) + " filter on a " + std::to_string(p.H) + "x" +
+                           std::to_string(p.W) + " map (needs the whole map)");
+  if ((p.C + depthwise::kGlobalChannels - 1) / depthwise::kGlobalChannels > 65535)
+    return reject(why, "C = " + std::to_string(p.C) + ": more than 65535 channel slices");
+  if (saturating_product({p.R, p.S}) > kMax32 || (known(p.N) && p.N > kMax32))
+    return reject(why, "the map or the batch exceeds 32-bit indexing");
+  return true;
+}
+
 bool depthwise_tile_can_implement(const ConvProblem& p, std::string* why) {
   using namespace depthwise;
   const ConvAttributes& a = p.attr;
@@ -168,9 +185,12 @@ std::vector<KernelDescriptor> stem_kernel_rules() {
 }
 
 std::vector<KernelDescriptor> direct_kernel_rules() {
-  // The depthwise kernels, the most reuse first (heuristics.cc's shape rule moves the strip kernel
-  // ahead of the tile kernel where the tile would idle), then the direct kernel for everything else.
-  return {{"cuda_depthwise_tile", cuda_targets(), depthwise_tile_can_implement, kMinSm, kMaxSm},
+  // The depthwise kernels, the most specific and the most reuse first (heuristics.cc's shape rule moves
+  // the strip kernel ahead of the tile kernel where the tile would idle), then the direct kernel for
+  // everything else.
+  return {{"cuda_depthwise_global", cuda_targets(), depthwise_global_can_implement, kMinSm, kMaxSm,
+           prefer_depthwise_global},
+          {"cuda_depthwise_tile", cuda_targets(), depthwise_tile_can_implement, kMinSm, kMaxSm},
           {"cuda_depthwise_strip", cuda_targets(), depthwise_strip_can_implement, kMinSm, kMaxSm,
            prefer_depthwise_strip},
           {"cuda_depthwise_vec", cuda_targets(), depthwise_vec_can_implement, kMinSm, kMaxSm},

@@ -1,6 +1,10 @@
 // Depthwise conv (group == C, K = m*C). Little arithmetic per byte, so the kernels are about reuse
-// and access patterns. Four registry kernels (rules in plugins/core/rules_direct.cc, the untuned order
-// in heuristics.cc; the tuner and TensorRT time them all), the most reuse first:
+// and access patterns. Five registry kernels (rules in plugins/core/rules_direct.cc, the untuned order
+// in heuristics.cc; the tuner and TensorRT time them all), the most specific and the most reuse first:
+//  - cuda_depthwise_global (m == 1, the filter covers the whole unpadded map, C even): a global pool
+//    written as a conv, one output pixel per image, a block's threads splitting the pixels of one image
+//    and 32 channels between them (the pixel-parallel kernels below give such a problem one thread or
+//    one strip per channel group, a long serial loop each).
 //  - cuda_depthwise_tile (m == 1, square 3x3/5x5/7x7, stride 1, dilation 1, any pads, C a multiple of
 //    16 bytes' worth of elements): a block stages the input patch of a TP x QT output tile and CB
 //    channels in shared memory with cp.async (the halo zero-filled, so the math has no predicates)
@@ -463,6 +467,58 @@ __global__ void depthwise_scalar(Geometry g, const T* __restrict__ x, const T* _
   }
 }
 
+// The filter covers the whole map (P = Q = 1): each image's output is a per-channel dot product of its map
+// with the taps. Block: kGlobalChannels / 2 threads along x (2 channels each, one 2-element load per pixel)
+// x kGlobalLanes lanes along y splitting the pixels; gridDim.x images, gridDim.y channel slices. The
+// lanes' partial sums meet in shared memory, and lane 0 applies the epilogue.
+template <class T>
+__global__ void __launch_bounds__(kGlobalChannels / 2 * kGlobalLanes)
+    depthwise_global(Geometry g, const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                     const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue) {
+  constexpr int kRow = kGlobalChannels + 1;  // padded: the staging loop writes a column of taps
+  __shared__ float taps[kGlobalTapChunk * kRow];
+  __shared__ float partial[kGlobalLanes * kRow];
+  const int n = blockIdx.x, c_base = blockIdx.y * kGlobalChannels;
+  const int width = min(kGlobalChannels, g.C - c_base);
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
+  const int c_local = 2 * threadIdx.x, c = c_base + c_local;
+  const int pixels = g.R * g.S;  // == H * W
+  const T* image = x + int64_t(n) * pixels * g.C + c;
+  float acc0 = 0.f, acc1 = 0.f;
+  for (int t0 = 0; t0 < pixels; t0 += kGlobalTapChunk) {
+    const int count = min(kGlobalTapChunk, pixels - t0);
+    __syncthreads();  // the previous chunk's taps are read
+    for (int i = tid; i < width * count; i += threads) {  // along the taps of a channel: coalesced
+      const int ch = i / count, t = i % count;
+      taps[t * kRow + ch] = to_float(w[int64_t(c_base + ch) * pixels + t0 + t]);
+    }
+    __syncthreads();
+    if (c_local < width) {
+#pragma unroll 4
+      for (int t = threadIdx.y; t < count; t += kGlobalLanes) {
+        const Vec<T, 2> v = *reinterpret_cast<const Vec<T, 2>*>(image + int64_t(t0 + t) * g.C);
+        acc0 += to_float(v.v[0]) * taps[t * kRow + c_local];
+        acc1 += to_float(v.v[1]) * taps[t * kRow + c_local + 1];
+      }
+    }
+  }
+  partial[threadIdx.y * kRow + c_local] = acc0;
+  partial[threadIdx.y * kRow + c_local + 1] = acc1;
+  __syncthreads();
+  if (threadIdx.y != 0 || c_local >= width) return;
+  float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+  for (int lane = 0; lane < kGlobalLanes; ++lane) {
+    sum0 += partial[lane * kRow + c_local];
+    sum1 += partial[lane * kRow + c_local + 1];
+  }
+  const int64_t out = int64_t(n) * g.K + c;
+  Vec<T, 2> yv;
+  yv.v[0] = from_float<T>(epilogue(sum0, to_float(b[c]), z ? to_float(z[out]) : 0.f));
+  yv.v[1] = from_float<T>(epilogue(sum1, to_float(b[c + 1]), z ? to_float(z[out + 1]) : 0.f));
+  *reinterpret_cast<Vec<T, 2>*>(y + out) = yv;
+}
+
 size_t no_workspace(const ConvProblem&) { return 0; }
 
 Geometry geometry_of(const ConvProblem& p) {
@@ -561,6 +617,16 @@ Status launch_tile(const Geometry& g, const Tensors& t, const Epilogue& e, cudaS
 }
 
 template <class T>
+Status launch_global(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+  if (!aligned_to(t, 2 * sizeof(T))) return misaligned("cuda_depthwise_global", 2 * sizeof(T));
+  const dim3 grid(unsigned(g.N), unsigned((g.C + kGlobalChannels - 1) / kGlobalChannels));
+  depthwise_global<T><<<grid, dim3(kGlobalChannels / 2, kGlobalLanes), 0, stream>>>(
+      g, static_cast<const T*>(t.x), static_cast<const T*>(t.w), static_cast<const T*>(t.b),
+      static_cast<const T*>(t.z), static_cast<T*>(t.y), e);
+  return check_launch("cuda_depthwise_global", cudaGetLastError());
+}
+
+template <class T>
 Status launch_scalar(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
   const int64_t total = int64_t(g.N) * g.P * g.Q * g.K;
   const int blocks = int(std::min<int64_t>((total + kScalarThreads - 1) / kScalarThreads, 1 << 20));
@@ -579,6 +645,12 @@ Status run(const char* name, bool (*can_implement)(const ConvProblem&, std::stri
   if (!can_implement(p, &why)) return Status::Error(std::string(name) + " cannot run this problem: " + why);
   if (p.N * p.P() * p.Q() * p.K == 0) return Status::Ok();
   return visit_dtype(p.dtype, [&](auto tag) { return launch_typed(tag, geometry_of(p)); });
+}
+
+Status run_global(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
+  return run("cuda_depthwise_global", depthwise_global_can_implement, p, [&](auto tag, const Geometry& g) {
+    return launch_global<decltype(tag)>(g, t, Epilogue::of(p), stream);
+  });
 }
 
 Status run_tile(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
@@ -624,7 +696,8 @@ Status run_scalar(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStr
 }  // namespace
 
 std::vector<KernelImpl> depthwise_kernels() {
-  return {{"cuda_depthwise_tile", no_workspace, run_tile},
+  return {{"cuda_depthwise_global", no_workspace, run_global},
+          {"cuda_depthwise_tile", no_workspace, run_tile},
           {"cuda_depthwise_strip", no_workspace, run_strip},
           {"cuda_depthwise_vec", no_workspace, run_vec},
           {"cuda_depthwise_scalar", no_workspace, run_scalar}};

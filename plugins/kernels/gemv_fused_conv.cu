@@ -2,9 +2,12 @@
 // M = N*H*W <= 32 rows: a tensor-core tile of 64-128 rows computes mostly padding and walks the whole
 // reduction in one CTA, and the direct kernel gives each output's C-long dot product to one thread.
 // Here a warp owns one output channel k and kRows rows: its lanes split C (16-byte loads where C and
-// the pointers allow), then a shuffle reduction and the fused epilogue. Blocks tile (k, rows), so even
-// K = 4 channels at M = 32 spread over 8 blocks. Rule: plugins/core/rules_direct.cc.
+// the pointers allow), then a shuffle reduction and the fused epilogue. Blocks tile (k, rows): each row
+// block reads all of W again (from L2), so a warp takes as many rows as still leave two blocks per SM
+// (a classifier's 1000 x 1280 W at batch 32: 2 row blocks instead of 8), and the 4 rows that spread
+// even K = 4 channels at M = 32 over 8 blocks where that is too few. Rule: plugins/core/rules_direct.cc.
 #include <cstdint>
+#include <type_traits>
 
 #include "dtype.cuh"
 #include "epilogue.cuh"
@@ -14,15 +17,15 @@ namespace epifuse::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // output channels per block
-constexpr int kRows = 4;   // rows per warp: independent loads in flight per lane
 
 template <class T, int V>
 struct alignas(sizeof(T) * V) Vec {
   T v[V];
 };
 
-// X [M, C], W [K, C], Y and Z [M, K]; V elements per load (16 / sizeof(T) when aligned, else 1).
-template <class T, int V>
+// X [M, C], W [K, C], Y and Z [M, K]; V elements per load (16 / sizeof(T) when aligned, else 1); kRows
+// rows per warp (at most 32: lane r stores row r).
+template <class T, int V, int kRows>
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_fused_conv(int M, int C, int K, const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                     const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue) {
@@ -64,7 +67,13 @@ Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_
   if (rows > INT32_MAX || p.C > INT32_MAX || p.K > INT32_MAX)
     return Status::Error("cuda_gemv_1x1: M, C and K must fit in int32");
   const int M = int(rows), C = int(p.C), K = int(p.K);
-  const dim3 grid(unsigned((K + kWarps - 1) / kWarps), unsigned((M + kRows - 1) / kRows));
+  int device = 0, sms = 0;
+  if (!current_device_sms(&device, &sms)) return Status::Error("cuda_gemv_1x1: the device's SM count is unknown");
+  const int k_blocks = (K + kWarps - 1) / kWarps;
+  const auto row_blocks = [&](int rows_per_warp) { return (M + rows_per_warp - 1) / rows_per_warp; };
+  const int rows_per_warp = int64_t(k_blocks) * row_blocks(16) >= 2 * sms ? 16
+                            : int64_t(k_blocks) * row_blocks(8) >= 2 * sms ? 8 : 4;
+  const dim3 grid(unsigned(k_blocks), unsigned(row_blocks(rows_per_warp)));
   const bool aligned16 = ((reinterpret_cast<uintptr_t>(t.x) | reinterpret_cast<uintptr_t>(t.w)) % 16) == 0;
   visit_dtype(p.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -74,10 +83,19 @@ Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_
     const auto* b = static_cast<const T*>(t.b);
     const auto* z = static_cast<const T*>(t.z);
     auto* y = static_cast<T*>(t.y);
-    if (aligned16 && C % kVec == 0)
-      gemv_fused_conv<T, kVec><<<grid, kWarps * 32, 0, stream>>>(M, C, K, x, w, b, z, y, Epilogue::of(p));
+    const auto run = [&](auto rows_tag) {
+      constexpr int kRows = decltype(rows_tag)::value;
+      if (aligned16 && C % kVec == 0)
+        gemv_fused_conv<T, kVec, kRows><<<grid, kWarps * 32, 0, stream>>>(M, C, K, x, w, b, z, y, Epilogue::of(p));
+      else
+        gemv_fused_conv<T, 1, kRows><<<grid, kWarps * 32, 0, stream>>>(M, C, K, x, w, b, z, y, Epilogue::of(p));
+    };
+    if (rows_per_warp == 16)
+      run(std::integral_constant<int, 16>());
+    else if (rows_per_warp == 8)
+      run(std::integral_constant<int, 8>());
     else
-      gemv_fused_conv<T, 1><<<grid, kWarps * 32, 0, stream>>>(M, C, K, x, w, b, z, y, Epilogue::of(p));
+      run(std::integral_constant<int, 4>());
   });
   return check_launch("cuda_gemv_1x1", cudaGetLastError());
 }
