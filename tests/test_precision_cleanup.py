@@ -84,3 +84,27 @@ def test_duplicate_initializers_are_merged():
     assert merge_duplicate_initializers(graph) == 1
     graph.cleanup()
     assert sorted(t.name for t in graph.tensors().values() if isinstance(t, gs.Constant)) == ["a", "c"]
+
+
+def _maxpool(dtype, opset):
+    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2])], "t",
+                          [helper.make_tensor_value_info("x", dtype, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", dtype, [1, 2, 3, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def test_cleanup_refuses_an_output_that_fails_strict_inference_where_the_input_passes():
+    """A bf16 MaxPool at opset 17 passes onnx.checker's default check but not the schema's type
+    constraint (no runtime loads it): cleanup names the node instead of handing it to save."""
+    from optimizer.errors import EpifuseError
+    from optimizer.passes.cleanup import cleanup
+
+    bad = gs.import_onnx(_maxpool(TensorProto.BFLOAT16, 17))
+    with pytest.raises(EpifuseError, match="strict type and shape inference.*MaxPool"):
+        cleanup(bad, Report(), _maxpool(TensorProto.FLOAT, 17))
+    # the same output is written where the input fails the strict inference itself (not ours to fix)
+    # and where the opset admits the type
+    assert cleanup(gs.import_onnx(_maxpool(TensorProto.BFLOAT16, 17)), Report(), _maxpool(TensorProto.BFLOAT16, 17))
+    assert cleanup(gs.import_onnx(_maxpool(TensorProto.BFLOAT16, 22)), Report(), _maxpool(TensorProto.FLOAT, 22))

@@ -1,5 +1,6 @@
 """Cleanup: drop dead nodes and initializers, merge duplicate initializers, order nodes
-topologically, export, run shape inference and onnx.checker on the result. The weights stay
+topologically, export, run shape inference and onnx.checker on the result, and ONNX's strict type
+and shape inference (the checker's full check) wherever the input model passes it. The weights stay
 numpy arrays beside the exported structure (a SplitModel), so the check never serialises them
 and saving can stream them."""
 from __future__ import annotations
@@ -43,6 +44,15 @@ def _weights_to_inputs(graph: gs.Graph) -> dict[str, np.ndarray]:
     return weights
 
 
+def _strict_inference_error(model: onnx.ModelProto) -> str | None:
+    """The first line of what ONNX's strict type and shape inference refuses in `model`, or None."""
+    try:
+        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    except Exception as e:  # noqa: BLE001 (onnx raises several types for the same kind of refusal)
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return None
+
+
 def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto,
             defaults: dict[str, np.ndarray] | None = None) -> SplitModel:
     """The finished model; `template` (the input model's skeleton) supplies what gs does not
@@ -64,6 +74,13 @@ def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto,
         check_and_infer(structure)
     except Exception as e:
         raise EpifuseError(f"internal error: the optimized model does not check: {str(e).splitlines()[0]}") from None
+    # The checker above does not check operand types against the schemas (a bf16 MaxPool at opset 17
+    # passes it, and no runtime loads it): the strict inference does, and what it refuses in our output
+    # but not in the input is ours to fix, never a model to write.
+    refused = _strict_inference_error(structure)
+    if refused and not _strict_inference_error(template):
+        raise EpifuseError(f"internal error: the optimized model fails ONNX's strict type and shape inference, which "
+                           f"the input model passes: {refused}")
     used = {i.name for i in structure.graph.input}
     defaults = {k: v for k, v in (defaults or {}).items() if k in used}
     weights.update(defaults)
