@@ -30,6 +30,13 @@ MODES = ("auto", "static", "always")
 # 5% faster, so measurement noise alone never turns a tie into a slower model.
 FUSE_MARGIN = 0.95
 DIRECT_KERNELS = {"cuda_direct"}  # CUDA cores only: cuDNN runs the same problems on tensor cores
+
+
+def _unproven(kernel: str) -> bool:
+    """Kernels not known to beat cuDNN without timing them: the direct kernel (CUDA cores), and the
+    grouped tensor-core kernels, whose block-diagonal tiles compute mostly zeros with few channels per
+    group (cuDNN has grouped kernels of its own)."""
+    return kernel in DIRECT_KERNELS or "_grouped_" in kernel
 # TensorRT's layer fusion catalog (docs.nvidia.com/deeplearning/tensorrt/latest/performance/fusion-catalog.html):
 # "Convolution and ReLU/GELU/Clip Activation", "Convolution and ElementWise Operation" (a sum without
 # broadcast: the residual Add) and PointWise fusion, which engine logs show absorbed into the conv as
@@ -45,8 +52,10 @@ def static_verdict(target: str, dtype: str, kernels: list[str]) -> tuple[bool, s
         return False, TENSORRT_NATIVE
     if dtype == "fp32":
         return False, "static: ORT's CUDA EP runs fp32 convs as TF32, the fp32 kernels do not"
-    if kernels and all(k in DIRECT_KERNELS for k in kernels):
-        return False, "static: only the CUDA-core direct kernel runs it; cuDNN has tensor-core kernels"
+    if kernels and all(_unproven(k) for k in kernels):
+        return False, ("static: only the direct or grouped kernels run it, not known to beat cuDNN's unmeasured"
+                       if any(k not in DIRECT_KERNELS for k in kernels) else
+                       "static: only the CUDA-core direct kernel runs it; cuDNN has tensor-core kernels")
     return True, f"static: {kernels[0] if kernels else 'a kernel'} (tensor-core, depthwise or GEMV)"
 
 

@@ -93,7 +93,17 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (1, 40, 37, 3, 64, 3, 3, (3, 1), (0, 4, 2, 0), (2, 3), 1),     # stem, stride 3x1, dilation 2x3
     (2, 9, 10, 12, 20, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),     # unaligned channels
     (2, 21, 19, 32, 40, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1),    # C = 32: the 32-deep SM90 conv, 2 N tiles
-    (2, 14, 14, 24, 36, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3),    # grouped
+    (2, 14, 14, 24, 36, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3),    # grouped: 8 in, 12 out per group (cuda_direct)
+    (2, 29, 27, 128, 128, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 32),   # ResNeXt 4 per group: 8 groups per 32-wide CTA
+    (2, 15, 16, 256, 256, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 32),   # ResNeXt 8 per group, stride 2
+    (3, 9, 11, 512, 512, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 32),    # ResNeXt 16 per group
+    (2, 7, 7, 1024, 1024, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 32),   # ResNeXt 32 per group, stride 2
+    (2, 14, 15, 120, 120, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 5),    # RegNetY 24 per group: 3 CTAs of 8 each
+    (1, 9, 9, 888, 888, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 37),     # RegNetY-1.6GF's last stage
+    (1, 10, 9, 128, 128, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 2),     # 64 per group: 2 CTAs of 32 per group
+    (2, 10, 9, 64, 128, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16),     # grouped: 4 in, 8 out per group
+    (1, 8, 9, 12, 12, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3),        # grouped K = 12: the last 8-wide tile half past K
+    (2, 17, 15, 128, 128, 5, 3, (2, 1), (0, 1, 2, 0), (2, 1), 32),   # grouped: stride, dilation, asymmetric pads
     (2, 17, 19, 32, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 32),   # depthwise 3x3
     (1, 28, 28, 48, 48, 5, 5, (2, 2), (2, 2, 2, 2), (1, 1), 48),   # depthwise 5x5 s2
     (2, 14, 14, 96, 96, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 96),   # ConvNeXt 7x7
@@ -144,6 +154,27 @@ def test_activations_and_residuals(dtype, act, residual):
     _run_all(dtype, 3, 1, 1, 40, 24, 1, 1, act=act, params=params, residual=residual, seed=2)  # gemv
     _run_all(dtype, 2, 10, 12, 32, 32, 3, 3, pads=(1, 1, 1, 1), group=32, act=act, params=params,  # depthwise tile
              residual=residual, seed=3)
+    _run_all(dtype, 2, 9, 10, 128, 128, 3, 3, pads=(1, 1, 1, 1), group=32, act=act, params=params,  # grouped
+             residual=residual, seed=4)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("residual", ["none", "pre", "post"])
+def test_grouped_kernels(dtype, residual):
+    """The tensor-core grouped kernels (sm80 grouped_*) with each residual mode and several activations:
+    ResNeXt-50 32x4d's 4 and 32 channels per group (several groups per CTA, one group per CTA) and
+    RegNetY-1.6GF's 24 (a group over three CTAs), at stride 1 and 2."""
+    from optimizer import cuda
+
+    t = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    built = any(k.startswith(f"sm80_{t}_grouped_") for k in cuda.compiled_kernels())
+    for seed, (n, hw, c, group, stride, act) in enumerate([
+            (4, 28, 128, 32, 1, "relu"), (2, 14, 1024, 32, 2, "silu"), (2, 28, 120, 5, 2, "hardswish"),
+            (1, 14, 336, 14, 1, "gelu"), (2, 16, 256, 32, 2, "leaky_relu")]):
+        params = (0.1,) if act == "leaky_relu" else ()
+        results = _run_all(dtype, n, hw, hw, c, c, 3, 3, stride=(stride, stride), pads=(1, 1, 1, 1), group=group,
+                           act=act, params=params, residual=residual, seed=seed)
+        assert not built or any(k.startswith(f"sm80_{t}_grouped_") for k in results), results
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -46,7 +46,7 @@ def test_manifest_names_are_unique_and_columns_known():
         assert re.fullmatch(r"nullptr|prefer_\w+", e["prefer"]), e
     sm80 = kernel_manifest("sm80")
     assert len({e["name"] for e in sm80}) == len(sm80)
-    assert all(e["kind"] in ("ALIGNED", "FIXED8", "FEWCH", "UNALIGNED", "SPLITK") for e in sm80), sm80
+    assert all(e["kind"] in ("ALIGNED", "FIXED8", "FEWCH", "UNALIGNED", "SPLITK", "GROUPED") for e in sm80), sm80
 
 
 def test_registered_kernels_rejects_an_unknown_target():

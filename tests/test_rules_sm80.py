@@ -11,6 +11,7 @@ from optimizer.registry import BFLOAT16, FLOAT, FLOAT16, ConvDesc
 ALIGNED = ["64x64x64_4st", "128x64x64_4st", "128x128x64_3st", "splitk_64x64x64_4st"]
 FEWCH = "fewch_128x64x32_2st"
 UNALIGNED = "unaligned_64x64x32_2st"
+GROUPED = ["grouped_128x32x32_4st", "grouped_64x8x32_4st"]  # tile N 32 and 8
 DTYPES = {FLOAT16: "f16", BFLOAT16: "bf16"}
 
 
@@ -78,9 +79,73 @@ def test_fp32_2gib_counts_4_bytes():
     assert sm80("ort-cuda", desc(FLOAT, x=(511, 1024, 16, 64), w=(64, 1, 1, 64), pads=(0, 0, 0, 0))) != []
 
 
-@pytest.mark.parametrize("group", [2, 4, 64])
-def test_grouped_none(group):
-    assert sm80("ort-cuda", desc(group=group)) == []
+def grouped(dtype, n, hw, c, k, group, stride=1, **kw):
+    return desc(dtype, x=(n, hw, hw, c), w=(k, 3, 3, c // group), group=group, strides=(stride, stride), **kw)
+
+
+# ResNeXt-50 32x4d's grouped 3x3s (32 groups of 4, 8, 16, 32 channels; the first of a stage at stride 2)
+RESNEXT50 = [(56, 128, 1), (56, 256, 2), (28, 256, 1), (28, 512, 2), (14, 512, 1), (14, 1024, 2), (7, 1024, 1)]
+# RegNetY-1.6GF's: 24 channels per group, widths 48, 120, 336, 888, each stage's first at stride 2
+REGNETY16 = [(112, 48, 2), (56, 48, 1), (56, 120, 2), (28, 120, 1), (28, 336, 2), (14, 336, 1), (14, 888, 2),
+             (7, 888, 1)]
+
+
+@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
+@pytest.mark.parametrize("hw,width,stride", RESNEXT50)
+def test_resnext_groups_take_both_grouped_tiles(dtype, hw, width, stride):
+    """4-32 output channels per group divide both tiles' N (a CTA covers whole groups)."""
+    d = grouped(dtype, 32, hw, width, width, 32, stride)
+    assert sm80("ort-cuda", d) == [f"sm80_{DTYPES[dtype]}_{g}" for g in GROUPED]
+    names = registry.kernel_names("ort-cuda", d)
+    assert names.index(f"sm80_{DTYPES[dtype]}_{GROUPED[0]}") < names.index("cuda_direct")
+
+
+@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
+@pytest.mark.parametrize("hw,width,stride", REGNETY16)
+def test_regnet_24_per_group_takes_the_8_wide_tile(dtype, hw, width, stride):
+    """24 neither divides nor is a multiple of 32; it is of 8 (each group spans three CTAs)."""
+    d = grouped(dtype, 1, hw, width, width, width // 24, stride, residual="post", activation="silu")
+    assert sm80("tensorrt", d) == [f"sm80_{DTYPES[dtype]}_{GROUPED[1]}"]
+
+
+@pytest.mark.parametrize("c,k,group,expected", [
+    (64, 64, 2, GROUPED),        # 32 per group: one group per CTA of the 32-wide tile
+    (128, 128, 2, GROUPED),      # 64 per group: two CTAs of either tile per group
+    (80, 80, 2, GROUPED[1:]),    # 40 per group: a multiple of 8 only
+    (64, 128, 16, GROUPED),      # 4 input and 8 output channels per group
+    (12, 12, 3, GROUPED[1:]),    # K = 12: the 32-wide tile's epilogue stores 8 channels at a time
+    (48, 48, 4, []),             # 12 per group: neither divides nor is a multiple of 8 or 32
+    (32, 96, 8, []),             # 12 output channels per group
+    (64, 64, 32, []),            # 2 input channels per group: under one 64-bit access
+    (24, 24, 4, []),             # 6 input channels per group: not a multiple of 4
+    (64, 64, 64, []),            # depthwise: the depthwise kernels
+    (64, 64, 1, ALIGNED),        # group 1: not the grouped kernels
+])
+def test_grouped_channels_per_group(c, k, group, expected):
+    d = desc(x=(2, 14, 14, c), w=(k, 3, 3, c // group), group=group)
+    assert sm80("ort-cuda", d) == [f"sm80_f16_{g}" for g in expected]
+
+
+def test_grouped_not_fp32():
+    assert sm80("ort-cuda", desc(FLOAT, x=(2, 14, 14, 128), w=(128, 3, 3, 4), group=32)) == []
+
+
+@pytest.mark.parametrize("kw", [
+    dict(strides=(2, 1), pads=(0, 1, 2, 0)), dict(dilations=(2, 3)), dict(x=(1, 9, 9, 128), w=(128, 7, 5, 4)),
+    dict(w=(128, 1, 1, 4), pads=(0, 0, 0, 0)), dict(x=(-1, -1, -1, 128)), dict(x=(0, 8, 8, 128)),
+    dict(activation="mish", residual="pre"), dict(activation="clip", activation_params=(0, 6), residual="post"),
+])
+def test_grouped_geometry_and_epilogue_accepted(kw):
+    args = dict(x=(2, 17, 15, 128), w=(128, 3, 3, 4), group=32, pads=(1, 1, 1, 1)) | kw
+    assert sm80("ort-cuda", desc(**args)) == [f"sm80_f16_{g}" for g in GROUPED]
+
+
+def test_grouped_filter_size_counts_channels_per_group():
+    # W is [K, R, S, C / group]: 65536 x 16384 fp16 elements are 2 GiB, 65472 x 16384 just under.
+    big = desc(x=(1, 1, 1, 32768), w=(65536, 1, 1, 16384), group=2, pads=(0, 0, 0, 0))
+    assert sm80("ort-cuda", big) == []
+    under = desc(x=(1, 1, 1, 32768), w=(65472, 1, 1, 16384), group=2, pads=(0, 0, 0, 0))
+    assert sm80("ort-cuda", under) == [f"sm80_f16_{g}" for g in GROUPED]
 
 
 @pytest.mark.parametrize("kw", [

@@ -1,11 +1,14 @@
 // One kernel of kernels.def in one dtype: the body of the translation units CMake generates
 // (sources.cmake). A unit defines EPIFUSE_SM80_NAME (a kernels.def name), EPIFUSE_SM80_DTYPE (f16,
-// bf16 or f32) and, for a SPLITK line, EPIFUSE_SM80_SPLITK_UNIT, then includes this file, which turns
-// the line's columns into a FusedConv / SplitKConv and defines `KernelImpl <dtype>_<name>()` in
-// epifuse::cuda::sm80 (table.cu lists them). Every line of the unit's kind is declared as an alias
-// template (nothing is instantiated until used), so a unit needs no parsing of its own.
+// bf16 or f32) and, for a SPLITK or GROUPED line, EPIFUSE_SM80_SPLITK_UNIT or EPIFUSE_SM80_GROUPED_UNIT,
+// then includes this file, which turns the line's columns into a FusedConv / SplitKConv / GroupedConv
+// and defines `KernelImpl <dtype>_<name>()` in epifuse::cuda::sm80 (table.cu lists them). Every line of
+// the unit's kind is declared as an alias template (nothing is instantiated until used), so a unit needs
+// no parsing of its own.
 #if defined(EPIFUSE_SM80_SPLITK_UNIT)
 #include "sm80/splitk_conv.cuh"
+#elif defined(EPIFUSE_SM80_GROUPED_UNIT)
+#include "sm80/group_conv.cuh"
 #else
 #include "sm80/sm80_conv.cuh"
 #endif
@@ -46,8 +49,20 @@
 #define EPIFUSE_SM80_KIND_FIXED8(...)
 #define EPIFUSE_SM80_KIND_FEWCH(...)
 #define EPIFUSE_SM80_KIND_UNALIGNED(...)
+#define EPIFUSE_SM80_KIND_GROUPED(...)
+#elif defined(EPIFUSE_SM80_GROUPED_UNIT)
+#define EPIFUSE_SM80_KIND_GROUPED(name, tm, tn, tk, wm, wn, wk, stages)                                    \
+  template <const char* kName>                                                                         \
+  using entry_##name = GroupedConv<kName, EPIFUSE_SM80_OF(ELEMENT), cutlass::gemm::GemmShape<tm, tn, tk>, \
+                                   cutlass::gemm::GemmShape<wm, wn, wk>, EPIFUSE_SM80_OF(INST), stages>;
+#define EPIFUSE_SM80_KIND_SPLITK(...)
+#define EPIFUSE_SM80_KIND_ALIGNED(...)
+#define EPIFUSE_SM80_KIND_FIXED8(...)
+#define EPIFUSE_SM80_KIND_FEWCH(...)
+#define EPIFUSE_SM80_KIND_UNALIGNED(...)
 #else
 #define EPIFUSE_SM80_KIND_SPLITK(...)
+#define EPIFUSE_SM80_KIND_GROUPED(...)
 #define EPIFUSE_SM80_KIND_ALIGNED(name, ...) \
   EPIFUSE_SM80_FUSED(name, kOptimized, EPIFUSE_SM80_OF(ALIGN), EPIFUSE_SM80_OF(ALIGN), __VA_ARGS__)
 #define EPIFUSE_SM80_KIND_FIXED8(name, ...) EPIFUSE_SM80_FUSED(name, kFixedChannels, 8, 8, __VA_ARGS__)
