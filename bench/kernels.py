@@ -48,6 +48,10 @@ LAYERS = [
     ("mbv3.se.gap28x28", 32, 28, 28, 120, 120, 28, 28, 1, 0, 120),  # a squeeze-excite pool on a larger map
     ("r50.fc", 32, 1, 1, 2048, 1000, 1, 1, 1, 0, 1),            # the classifier Gemm as a 1x1 conv
     ("mbv3.fc", 32, 1, 1, 1280, 1000, 1, 1, 1, 0, 1),
+    ("rx50.s1.g3x3", 32, 56, 56, 128, 128, 3, 3, 1, 1, 32),      # ResNeXt-50 32x4d: 4 channels per group
+    ("rx50.s3.g3x3", 32, 14, 14, 512, 512, 3, 3, 1, 1, 32),      # 16 per group
+    ("rx50.b1.s2.g3x3", 1, 28, 28, 256, 256, 3, 3, 1, 1, 32),    # 8 per group, batch 1
+    ("regy.s3.g3x3", 32, 14, 14, 336, 336, 3, 3, 1, 1, 14),      # RegNetY-1.6GF: 24 per group
     ("r50.b1.s2.3x3", 1, 28, 28, 128, 128, 3, 3, 1, 1, 1),
     ("y8s.b1.stem", 1, 640, 640, 3, 16, 3, 3, 2, 1, 1),
 ]
