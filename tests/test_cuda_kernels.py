@@ -126,7 +126,7 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (1, 1, 1, 1152, 48, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # squeeze-excite 1x1 on one pixel (gemv)
     (32, 1, 1, 4, 96, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # excite, batch 32: C = 4 (scalar loads)
     (3, 2, 5, 37, 19, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),      # 30 pixels, odd C and K (gemv)
-    (32, 1, 1, 1280, 1000, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # classifier at batch 32: gemv, 16 rows a warp
+    (32, 1, 1, 1280, 1000, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),  # classifier, batch 32: GEMM tiles
     (24, 1, 1, 64, 400, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # gemv, 8 rows a warp
     (20, 1, 1, 96, 600, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # gemv, 16 rows a warp, the second block partial
     (4, 96, 96, 64, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),    # 288 tiles of 128x64: persistent CTAs loop

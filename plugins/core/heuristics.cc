@@ -73,15 +73,6 @@ bool prefer_conv_1cta(const ConvProblem& p, const DeviceInfo& d) {
   return gemm_problem(p) && wide >= 0 && wide < wave_tiles(d);
 }
 
-// A whole-map filter (a global pool as a conv): the global kernel splits an image's pixels between a
-// block's threads, where the others give each output pixel one thread or strip, a serial loop over the
-// map. Its rule admits only such problems, so the preference is its rule (and keeps it ahead of the strip
-// kernel's promotion).
-bool prefer_depthwise_global(const ConvProblem& p, const DeviceInfo&) {
-  std::string why;
-  return depthwise_global_can_implement(p, &why);
-}
-
 // The depthwise tile kernel stages a TP x 28-column output tile's input patch. Rows narrower than 21
 // columns leave most of that tile idle; with a 3x3 or 5x5 filter the strip kernel is then faster where
 // the wide tiles fill the GPU (H200, batch 32: 7x7x1152 5x5 13.2 vs 23.6 µs, 14x14x480 3x3 11.1 vs 13.9,

@@ -28,9 +28,7 @@ bool prefer_conv_1cta(const ConvProblem& p, const DeviceInfo& d);
 bool prefer_gemm_256x128(const ConvProblem& p, const DeviceInfo& d);
 bool prefer_gemm_96px(const ConvProblem& p, const DeviceInfo& d);
 bool prefer_gemm_224px(const ConvProblem& p, const DeviceInfo& d);
-// Shape rules of the depthwise kernels (rules_direct.cc): the global kernel first wherever it runs, the
-// strip kernel before the tile kernel.
-bool prefer_depthwise_global(const ConvProblem& p, const DeviceInfo& d);
+// Shape rule of the depthwise kernels (rules_direct.cc): the strip kernel before the tile kernel.
 bool prefer_depthwise_strip(const ConvProblem& p, const DeviceInfo& d);
 
 // Reorders `kernels` (registry order) so that, within each family, those whose shape rule holds for `p`

@@ -119,8 +119,12 @@ namespace {
 
 // A 1x1 conv over at most kGemvMaxPixels output pixels (N*H*W; an unknown N is allowed when H*W fits,
 // and the concrete problem is checked again at launch), stride 1, no padding, group 1: the
-// warp-per-output-channel kernel of gemv_fused_conv.cu. Past a few dozen rows the tensor-core GEMMs win.
-constexpr int64_t kGemvMaxPixels = 32;
+// warp-per-output-channel kernel of gemv_fused_conv.cu. Past a few dozen rows the tensor-core GEMMs win,
+// and so they do sooner where C and K are large: each warp (one output channel) reads all of its rows of
+// X, so X crosses the cache M*C*K/4 bytes' worth (H200, batch-32 classifiers: 2048 -> 1000 channels 30.0
+// µs against 7.7 on a tensor-core tile, 1280 -> 1000 21.2 vs 5.9; at batch 1 GEMV leads). A bound on
+// the multiply-adds between those (65M, 41M) and the squeeze-excite convs at batch 32 (at most 7.4M).
+constexpr int64_t kGemvMaxPixels = 32, kGemvMaxMacs = int64_t(1) << 24;
 
 bool gemv_can_implement(const ConvProblem& p, std::string* why) {
   if (!float_dtype(p, why)) return false;
@@ -133,6 +137,9 @@ bool gemv_can_implement(const ConvProblem& p, std::string* why) {
   const int64_t pixels = saturating_product({std::max<int64_t>(p.N, 1), p.H, p.W});
   if (pixels > kGemvMaxPixels)
     return reject(why, std::to_string(pixels) + " pixels (N*H*W) > " + std::to_string(kGemvMaxPixels));
+  if (known(p.C) && known(p.K) && saturating_product({pixels, p.C, p.K}) > kGemvMaxMacs)
+    return reject(why, "N*H*W*C*K = " + std::to_string(saturating_product({pixels, p.C, p.K})) + " multiply-adds > " +
+                           std::to_string(kGemvMaxMacs) + " (each warp rereads X: the GEMM tiles win)");
   return true;
 }
 
@@ -185,14 +192,16 @@ std::vector<KernelDescriptor> stem_kernel_rules() {
 }
 
 std::vector<KernelDescriptor> direct_kernel_rules() {
-  // The depthwise kernels, the most specific and the most reuse first (heuristics.cc's shape rule moves
-  // the strip kernel ahead of the tile kernel where the tile would idle), then the direct kernel for
-  // everything else.
-  return {{"cuda_depthwise_global", cuda_targets(), depthwise_global_can_implement, kMinSm, kMaxSm,
-           prefer_depthwise_global},
-          {"cuda_depthwise_tile", cuda_targets(), depthwise_tile_can_implement, kMinSm, kMaxSm},
+  // The depthwise kernels, the most reuse first (heuristics.cc's shape rule moves the strip kernel ahead
+  // of the tile kernel where the tile would idle), then the direct kernel for everything else. The global
+  // kernel comes after the tile and strip kernels, which also run global pools on 3x3, 5x5 and 7x7 maps
+  // and do so as fast or faster (H200, 7x7x960: batch 32 7.4 µs strip vs 7.5, batch 1 3.6 tile vs 4.1);
+  // on larger maps only it and the vector and scalar kernels remain (28x28x120 at batch 32: 29.2 µs vs
+  // 151.9 scalar).
+  return {{"cuda_depthwise_tile", cuda_targets(), depthwise_tile_can_implement, kMinSm, kMaxSm},
           {"cuda_depthwise_strip", cuda_targets(), depthwise_strip_can_implement, kMinSm, kMaxSm,
            prefer_depthwise_strip},
+          {"cuda_depthwise_global", cuda_targets(), depthwise_global_can_implement, kMinSm, kMaxSm},
           {"cuda_depthwise_vec", cuda_targets(), depthwise_vec_can_implement, kMinSm, kMaxSm},
           {"cuda_depthwise_scalar", cuda_targets(), depthwise_scalar_can_implement, kMinSm, kMaxSm},
           {"cuda_direct", cuda_targets(), direct_can_implement, kMinSm, kMaxSm}};
