@@ -4,7 +4,7 @@ CUDA graph on, prefer_nhwc off and on: with it on ORT also runs the ops between 
 MaxPool and Resize, in NHWC), PyTorch eager (CUDA graph) and, with --compile, torch.compile(mode="max-autotune").
 ms per batch.
 
-    python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--compile] [--pdl] [--profile]
+    python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--fuse auto|always] [--compile] [--pdl] [--profile]
                                [--timeline]
                                [--markdown FILE]
 
@@ -255,7 +255,7 @@ def measure_model(name: str, args, work: Path) -> list[dict]:
                                      kernel_query=lambda t, d: (0, "baseline: precision only"))
     batches = tuple(int(b) for b in args.batches.split(","))  # decided for every batch size timed below
     optimized, report = optimize_model(original, target="ort-cuda", precision="fp16",
-                                       policy=FusionPolicy(batches=batches, measure_budget_s=1200))
+                                       policy=FusionPolicy(mode=args.fuse, batches=batches, measure_budget_s=1200))
     print(f"{name}: {report.fused_count()} FusedConv, {report.ops_after.get('Transpose', 0)} Transpose left",
           flush=True)
     out_shapes = [[d.dim_value for d in o.type.tensor_type.shape.dim][1:] for o in original.graph.output]
@@ -310,6 +310,8 @@ def main() -> int:
     ap.add_argument("--pdl", action="store_true", help="also time the epifuse model with EPIFUSE_PDL=1")
     ap.add_argument("--timeline", action="store_true",
                     help="print one CUDA-graph replay kernel by kernel (gaps, durations): ORT on the original, epifuse")
+    ap.add_argument("--fuse", default="auto", choices=("auto", "always", "static"),
+                    help="how the optimized model decides (always: wherever a kernel exists)")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     rows = []
