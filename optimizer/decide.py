@@ -53,7 +53,7 @@ def static_verdict(target: str, dtype: str, kernels: list[str]) -> tuple[bool, s
     if dtype == "fp32":
         return False, "static: ORT's CUDA EP runs fp32 convs as TF32, the fp32 kernels do not"
     if kernels and all(_unproven(k) for k in kernels):
-        return False, ("static: only the direct or grouped kernels run it, not known to beat cuDNN's unmeasured"
+        return False, ("static: only the direct or grouped kernels run it; untimed, they are not known to beat cuDNN"
                        if any(k not in DIRECT_KERNELS for k in kernels) else
                        "static: only the CUDA-core direct kernel runs it; cuDNN has tensor-core kernels")
     return True, f"static: {kernels[0] if kernels else 'a kernel'} (tensor-core, depthwise or GEMV)"

@@ -165,7 +165,8 @@ def optimize_model(model: onnx.ModelProto, *, target: str = "ort-cpu", precision
         graph = gs.import_onnx(model)
     split, report = optimize_graph(graph, skeleton(model, keep_small=False, weights_as_inputs=False),
                                    target=target, precision=precision, report=report, kernel_query=kernel_query,
-                                   progress=progress, stop_after=stop_after, policy=policy)
+                                   progress=progress, stop_after=stop_after, policy=policy,
+                                   input_structure=skeleton(model))
     check = _model_checker(report, target, policy, stop_after, sum(v.nbytes for v in split.weights.values()))
     optimized = split.to_model()
     if check is not None:
@@ -311,9 +312,12 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
 
 def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, precision: str, report: Report,
                    kernel_query=None, progress=None, stop_after: str | None = None,
-                   free_memory: bool = False, policy: FusionPolicy | None = None) -> tuple[SplitModel, Report]:
-    """The passes on an imported graph; `template` is the original model's skeleton. With
-    `free_memory`, replaced weights are collected after every pass (large models)."""
+                   free_memory: bool = False, policy: FusionPolicy | None = None,
+                   input_structure: onnx.ModelProto | None = None) -> tuple[SplitModel, Report]:
+    """The passes on an imported graph; `template` is the original model's skeleton (no initializers),
+    `input_structure` its structure with small constants and weights as typed inputs (`skeleton`'s
+    default), what cleanup's strict check compares against. With `free_memory`, replaced weights are
+    collected after every pass (large models)."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r} (one of {', '.join(TARGETS)})")
     if precision not in PRECISIONS:
@@ -361,7 +365,7 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data
             graph = input_layout(graph, report, target)
     with _timed(report, "cleanup", progress, free_memory):
-        out = cleanup(graph, report, template, defaults)
+        out = cleanup(graph, report, template, defaults, input_structure)
     report.nodes_after = len(out.structure.graph.node)
     report.ops_after = _op_counts(out.structure)
     return out, report
@@ -402,13 +406,14 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
             if isinstance(tensor, gs.Constant):
                 tensor.values = weights.pop(tensor.name) if tensor.name in weights else tensor.values
         template = skeleton(model, keep_small=False, weights_as_inputs=False)
+        input_structure = skeleton(model)
         del model
     # a cycle collection after each pass keeps a large model's peak at about two copies of its weights;
     # for a small one it only costs time (a full collection scans every object the process holds)
     large = sum(t.values.nbytes for t in graph.tensors().values() if isinstance(t, gs.Constant)) >= LARGE_MODEL_BYTES
     optimized, report = optimize_graph(graph, template, target=target, precision=precision, report=report,
                                        progress=progress, kernel_query=kernel_query, free_memory=large,
-                                       policy=policy)
+                                       policy=policy, input_structure=input_structure)
     del graph
     check = _model_checker(report, target, policy, weight_bytes=sum(v.nbytes for v in optimized.weights.values()))
     if check is None:

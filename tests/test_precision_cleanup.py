@@ -86,25 +86,53 @@ def test_duplicate_initializers_are_merged():
     assert sorted(t.name for t in graph.tensors().values() if isinstance(t, gs.Constant)) == ["a", "c"]
 
 
-def _maxpool(dtype, opset):
-    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[2, 2])], "t",
-                          [helper.make_tensor_value_info("x", dtype, [1, 2, 4, 4])],
-                          [helper.make_tensor_value_info("y", dtype, [1, 2, 3, 3])])
+def _maxpool(dtype, opset, scale_first=False, reshape_to=None):
+    """MaxPool of x [1,2,4,4]; `scale_first`: x is first multiplied by an initializer (an initializer as a
+    node's first input); `reshape_to`: the output is reshaped to that shape by a constant, while the graph
+    output keeps declaring [1,2,3,3] (a conflict strict inference refuses and ONNX Runtime runs)."""
+    nodes, inits, x = [], [], "x"
+    if scale_first:
+        inits.append(helper.make_tensor("scale", dtype, [1], [2.0]))
+        nodes.append(helper.make_node("Mul", ["scale", "x"], ["xs"], name="scale"))
+        x = "xs"
+    nodes.append(helper.make_node("MaxPool", [x], ["p" if reshape_to else "y"], name="pool", kernel_shape=[2, 2]))
+    if reshape_to:
+        inits.append(numpy_helper.from_array(np.int64(reshape_to), "shape"))
+        nodes.append(helper.make_node("Reshape", ["p", "shape"], ["y"], name="reshape"))
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", dtype, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", dtype, [1, 2, 3, 3])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
 
 
-def test_cleanup_refuses_an_output_that_fails_strict_inference_where_the_input_passes():
-    """A bf16 MaxPool at opset 17 passes onnx.checker's default check but not the schema's type
-    constraint (no runtime loads it): cleanup names the node instead of handing it to save."""
-    from optimizer.errors import EpifuseError
+def _cleanup(output, original):
+    """cleanup as the pipeline calls it: `original`'s skeleton without initializers as the template and
+    its structure (small constants, weights as inputs) for the strict check."""
     from optimizer.passes.cleanup import cleanup
+    from optimizer.proto import skeleton
 
-    bad = gs.import_onnx(_maxpool(TensorProto.BFLOAT16, 17))
+    return cleanup(gs.import_onnx(output), Report(), skeleton(original, keep_small=False, weights_as_inputs=False),
+                   input_structure=skeleton(original))
+
+
+@pytest.mark.parametrize("scale_first", [False, True], ids=["plain", "initializer_first_input"])
+def test_cleanup_refuses_an_output_that_fails_strict_inference_where_the_input_passes(scale_first):
+    """A bf16 MaxPool at opset 17 passes onnx.checker's default check but not the schema's type
+    constraint (no runtime loads it): cleanup names the node instead of handing it to save. Also where
+    the input has an initializer as a node's first input (its skeleton must keep the constant)."""
+    from optimizer.errors import EpifuseError
+
     with pytest.raises(EpifuseError, match="strict type and shape inference.*MaxPool"):
-        cleanup(bad, Report(), _maxpool(TensorProto.FLOAT, 17))
-    # the same output is written where the input fails the strict inference itself (not ours to fix)
-    # and where the opset admits the type
-    assert cleanup(gs.import_onnx(_maxpool(TensorProto.BFLOAT16, 17)), Report(), _maxpool(TensorProto.BFLOAT16, 17))
-    assert cleanup(gs.import_onnx(_maxpool(TensorProto.BFLOAT16, 22)), Report(), _maxpool(TensorProto.FLOAT, 22))
+        _cleanup(_maxpool(TensorProto.BFLOAT16, 17, scale_first), _maxpool(TensorProto.FLOAT, 17, scale_first))
+    # written where the opset admits the type
+    assert _cleanup(_maxpool(TensorProto.BFLOAT16, 22, scale_first), _maxpool(TensorProto.FLOAT, 22, scale_first))
+
+
+def test_cleanup_writes_what_strict_inference_refuses_in_the_input_too():
+    """A model whose declared output shape conflicts with a constant Reshape (ONNX Runtime runs it): the
+    same conflict in the output is not ours, and the model is written."""
+    original = _maxpool(TensorProto.FLOAT, 17, reshape_to=[2, 9])
+    with pytest.raises(Exception):
+        onnx.shape_inference.infer_shapes(original, check_type=True, strict_mode=True)
+    assert _cleanup(original, original)

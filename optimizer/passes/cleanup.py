@@ -53,11 +53,13 @@ def _strict_inference_error(model: onnx.ModelProto) -> str | None:
     return None
 
 
-def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto,
-            defaults: dict[str, np.ndarray] | None = None) -> SplitModel:
+def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto, defaults: dict[str, np.ndarray] | None = None,
+            input_structure: onnx.ModelProto | None = None) -> SplitModel:
     """The finished model; `template` (the input model's skeleton) supplies what gs does not
     carry: IR version, doc string, metadata. `defaults`: graph inputs that keep an initializer
-    (overridable initializers), by name."""
+    (overridable initializers), by name. `input_structure`: the input model as `skeleton` makes it
+    (small constants kept, weights as typed inputs, as the output's structure is here), for the strict
+    check; without it, that check is skipped."""
     graph.cleanup(remove_unused_graph_inputs=False)
     merged = merge_duplicate_initializers(graph)
     if merged:
@@ -77,8 +79,8 @@ def cleanup(graph: gs.Graph, report: Report, template: onnx.ModelProto,
     # The checker above does not check operand types against the schemas (a bf16 MaxPool at opset 17
     # passes it, and no runtime loads it): the strict inference does, and what it refuses in our output
     # but not in the input is ours to fix, never a model to write.
-    refused = _strict_inference_error(structure)
-    if refused and not _strict_inference_error(template):
+    refused = _strict_inference_error(structure) if input_structure is not None else None
+    if refused and not _strict_inference_error(input_structure):
         raise EpifuseError(f"internal error: the optimized model fails ONNX's strict type and shape inference, which "
                            f"the input model passes: {refused}")
     used = {i.name for i in structure.graph.input}
