@@ -4,8 +4,8 @@ CUDA graph on, prefer_nhwc off and on: with it on ORT also runs the ops between 
 MaxPool and Resize, in NHWC), PyTorch eager (CUDA graph) and, with --compile, torch.compile(mode="max-autotune").
 ms per batch.
 
-    python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--fuse auto|always] [--compile] [--pdl]
-                               [--profile]
+    python bench/ort_models.py [--models resnet50,...] [--batches 1,32] [--fuse auto|always|static] [--compile]
+                               [--pdl] [--profile]
                                [--timeline]
                                [--markdown FILE]
 

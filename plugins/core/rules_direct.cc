@@ -18,7 +18,7 @@ bool float_dtype(const ConvProblem& p, std::string* why) {
 }
 
 // Depthwise (group == C, K a multiple of C): each output channel reads one input channel, so the
-// work is memory-bound and direct NHWC kernels with vector loads along C are the right shape. Four
+// work is memory-bound and direct NHWC kernels with vector loads along C are the right shape. Five
 // kernels (depthwise_fused_conv.cu), from the most reuse to none; the limits below are their launch
 // geometry's (depthwise_geometry.h) and their 32-bit index math's. Dimensions not known yet (a
 // symbolic batch) pass here and are checked with the concrete problem before each launch.
@@ -82,7 +82,8 @@ bool depthwise_strip_can_implement(const ConvProblem& p, std::string* why) {
   return true;
 }
 
-// One output pixel per image, from the whole map: pool_as_conv's global pools and SE blocks' squeezes.
+// One output pixel per image, from the whole map (a global pool as a depthwise conv; pool_as_conv makes
+// them from pools of at most 64 pixels, which the tile and strip kernels run as fast).
 bool depthwise_global_can_implement(const ConvProblem& p, std::string* why) {
   const ConvAttributes& a = p.attr;
   if (!depthwise_problem(p, why) || !one_channel_each(p, 2, why)) return false;

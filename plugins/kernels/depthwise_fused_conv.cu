@@ -3,8 +3,8 @@
 // in heuristics.cc; the tuner and TensorRT time them all):
 //  - cuda_depthwise_global (m == 1, the filter covers the whole unpadded map, C even): a global pool
 //    written as a conv, one output pixel per image, a block's threads splitting the pixels of one image
-//    and 32 channels between them (the vector and scalar kernels give such a problem one thread per
-//    channel group, a serial loop over the map; the tile and strip kernels take only 3x3-7x7 maps).
+//    and 32 channels between them (the vector and scalar kernels give each output element or channel
+//    group one thread, a serial loop over the map; the tile and strip kernels take only 3x3-7x7 maps).
 // and, the most reuse first:
 //  - cuda_depthwise_tile (m == 1, square 3x3/5x5/7x7, stride 1, dilation 1, any pads, C a multiple of
 //    16 bytes' worth of elements): a block stages the input patch of a TP x QT output tile and CB

@@ -4,8 +4,9 @@
 // Here a warp owns one output channel k and kRows rows: its lanes split C (16-byte loads where C and
 // the pointers allow), then a shuffle reduction and the fused epilogue. Blocks tile (k, rows): each row
 // block reads all of W again (from L2), so a warp takes as many rows as still leave two blocks per SM
-// (a classifier's 1000 x 1280 W at batch 32: 2 row blocks instead of 8), and the 4 rows that spread
-// even K = 4 channels at M = 32 over 8 blocks where that is too few. Rule: plugins/core/rules_direct.cc.
+// (EfficientNet's 48 -> 1152 excite at batch 32: 2 row blocks instead of 8), never more than M needs,
+// and the 4 rows that spread even K = 4 channels at M = 32 over 8 blocks where that is too few. Rule:
+// plugins/core/rules_direct.cc.
 #include <cstdint>
 #include <type_traits>
 
@@ -71,8 +72,10 @@ Status launch(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_
   if (!current_device_sms(&device, &sms)) return Status::Error("cuda_gemv_1x1: the device's SM count is unknown");
   const int k_blocks = (K + kWarps - 1) / kWarps;
   const auto row_blocks = [&](int rows_per_warp) { return (M + rows_per_warp - 1) / rows_per_warp; };
-  const int rows_per_warp = int64_t(k_blocks) * row_blocks(16) >= 2 * sms ? 16
-                            : int64_t(k_blocks) * row_blocks(8) >= 2 * sms ? 8 : 4;
+  const auto worth = [&](int rows_per_warp) {  // M needs more than half of them, and the blocks still fill
+    return M > rows_per_warp / 2 && int64_t(k_blocks) * row_blocks(rows_per_warp) >= 2 * sms;
+  };
+  const int rows_per_warp = worth(16) ? 16 : worth(8) ? 8 : 4;
   const dim3 grid(unsigned(k_blocks), unsigned(row_blocks(rows_per_warp)));
   const bool aligned16 = ((reinterpret_cast<uintptr_t>(t.x) | reinterpret_cast<uintptr_t>(t.w)) % 16) == 0;
   visit_dtype(p.dtype, [&](auto tag) {
