@@ -37,6 +37,8 @@ def _unproven(kernel: str) -> bool:
     grouped tensor-core kernels, whose block-diagonal tiles compute mostly zeros with few channels per
     group (cuDNN has grouped kernels of its own)."""
     return kernel in DIRECT_KERNELS or "_grouped_" in kernel
+
+
 # TensorRT's layer fusion catalog (docs.nvidia.com/deeplearning/tensorrt/latest/performance/fusion-catalog.html):
 # "Convolution and ReLU/GELU/Clip Activation", "Convolution and ElementWise Operation" (a sum without
 # broadcast: the residual Add) and PointWise fusion, which engine logs show absorbed into the conv as
