@@ -30,6 +30,7 @@ from pathlib import Path
 import onnx
 import torch
 
+from optimizer.bench import tuning
 from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.runtime import bind_torch, providers_for, session_options
 
@@ -224,11 +225,10 @@ def timeline(model_bytes, batch, *, library, prefer_nhwc, size=224, runs=3) -> s
 def tune(model_bytes, batch, size=224):
     import onnxruntime as ort
 
-    os.environ["EPIFUSE_TUNE"] = "1"
-    sess = ort.InferenceSession(model_bytes, session_options(), providers=providers_for("ort-cuda"))
-    x = torch.randn(batch, 3, size, size).to(TORCH_TYPES[sess.get_inputs()[0].type])
-    sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
-    del os.environ["EPIFUSE_TUNE"]
+    with tuning():
+        sess = ort.InferenceSession(model_bytes, session_options(), providers=providers_for("ort-cuda"))
+        x = torch.randn(batch, 3, size, size).to(TORCH_TYPES[sess.get_inputs()[0].type])
+        sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
 
 
 def measure_model(name: str, args, work: Path) -> list[dict]:

@@ -2,6 +2,7 @@
 CUDA EP, the epifuse library registered), and the one-time kernel tuning run for the CUDA EP."""
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -88,17 +89,30 @@ def _timed(path, backend, batch, fp16, once, runs, warmup, progress) -> dict:
             "min_ms": times[0], "throughput_per_s": batch * 1e3 / statistics.median(times)}
 
 
+@contextlib.contextmanager
+def tuning():
+    """EPIFUSE_TUNE=1 (read by the library when a kernel is first chosen) for the block, then as it was:
+    a caller's own EPIFUSE_TUNE=1 must outlive the block, or later fusion decisions would time
+    untuned kernels against ORT."""
+    before = os.environ.get("EPIFUSE_TUNE")
+    os.environ["EPIFUSE_TUNE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["EPIFUSE_TUNE"]
+        else:
+            os.environ["EPIFUSE_TUNE"] = before
+
+
 def run_tune(path: str, *, batch: int) -> str:
     """Runs `path` once on the CUDA EP with EPIFUSE_TUNE=1: every FusedConv times its valid
     kernels and the winners go to the tuning cache, which later sessions read."""
     from .passes.load import load_model
     from .verify import random_inputs
 
-    os.environ["EPIFUSE_TUNE"] = "1"  # read by the library when a kernel is first chosen
-    try:
+    with tuning():
         model = load_model(path)
         session = _session(model.SerializeToString(), "ort-cuda", cuda_graph=False)
         session.run(None, random_inputs(model, batch=batch))
-    finally:
-        del os.environ["EPIFUSE_TUNE"]
     return os.environ.get("EPIFUSE_TUNING_CACHE", os.path.expanduser("~/.cache/epifuse/tuning.tsv"))

@@ -1,5 +1,6 @@
 """`epifuse bench` on the CPU EP (the CUDA EP and `epifuse tune` run in tests/test_ort_cuda.py)."""
 import json
+import os
 
 import onnx
 
@@ -37,3 +38,18 @@ def test_bench_prefer_nhwc_is_refused_off_the_cuda_ep(tmp_path, capsys):
     onnx.save(zoo.build("resnet_tiny", batch=1), src)
     assert main(["bench", str(src), "--backend", "ort-cpu", "--prefer-nhwc"]) == 2
     assert "--prefer-nhwc applies to --backend ort-cuda" in capsys.readouterr().err
+
+
+def test_tuning_block_restores_the_callers_setting(monkeypatch):
+    """A process run with EPIFUSE_TUNE=1 keeps it after a tuning run, so the fusion decisions that follow
+    time tuned kernels; a process without it gets none back."""
+    from optimizer.bench import tuning
+
+    monkeypatch.setenv("EPIFUSE_TUNE", "1")
+    with tuning():
+        assert os.environ["EPIFUSE_TUNE"] == "1"
+    assert os.environ.get("EPIFUSE_TUNE") == "1"
+    monkeypatch.delenv("EPIFUSE_TUNE")
+    with tuning():
+        assert os.environ["EPIFUSE_TUNE"] == "1"
+    assert "EPIFUSE_TUNE" not in os.environ
