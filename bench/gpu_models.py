@@ -5,7 +5,12 @@ optionally against fusing wherever a kernel exists (`--fuse always`, the behavio
 (`epifuse compare`), each batch size.
 
     python bench/gpu_models.py --models resnext50_32x4d,regnet_y_1_6gf,mixnet_s,/path/ppocrv4_det.onnx \\
-        [--precision fp16] [--batches 1,16] [--also-always] [--per-batch] [--costs-cache FILE] [--markdown FILE]
+        [--precision fp16|fp32|fp32-strict] [--batches 1,16] [--also-always] [--per-batch] [--costs-cache FILE]
+        [--markdown FILE]
+
+fp32 lets the fused convs compute in TF32 (as ORT's CUDA EP does by default), fp32-strict does not; for
+both, the table adds each side's relative L2 error on the first batch size against ORT's CPU EP on the
+original in fp32 (within ~1e-6 of float64: the reference for errors of TF32's ~1e-3).
 
 One optimized model serves every batch size (decided for all of them: a fusion is kept only where it is faster at
 each); `--per-batch` also times a model decided for each batch size alone (`epifuse optimize --batch N`, the
@@ -57,10 +62,26 @@ def original(spec: str, work: Path, size: int) -> tuple[str, onnx.ModelProto]:
     return name, onnx.shape_inference.infer_shapes(fix_spatial(model, size))
 
 
+def fp32_errors(original: onnx.ModelProto, optimized: onnx.ModelProto, batch: int) -> dict:
+    """The worst output's relative L2 error of ORT's CUDA EP on the original (TF32 by default) and of the
+    optimized model, against ORT's CPU EP on the original (fp32 math), on the same random inputs."""
+    from optimizer.runtime import create_session
+    from optimizer.verify import random_inputs, rel_l2
+
+    feeds = random_inputs(original, batch=batch)
+    data = original.SerializeToString()
+    ref = create_session(data).run(None, feeds)
+    err = {}
+    for label, model in (("ort error", data), ("epifuse error", optimized.SerializeToString())):
+        outs = create_session(model, backend="ort-cuda").run(None, feeds)
+        err[label] = max(rel_l2(a, e) for a, e in zip(outs, ref))
+    return err
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", required=True)
-    ap.add_argument("--precision", choices=("fp16", "fp32"), default="fp16")
+    ap.add_argument("--precision", choices=("fp16", "fp32", "fp32-strict"), default="fp16")
     ap.add_argument("--batches", default="1,16")
     ap.add_argument("--size", type=int, default=640, help="height and width for inputs whose are symbolic")
     ap.add_argument("--rounds", type=int, default=20)
@@ -72,6 +93,8 @@ def main() -> int:
     ap.add_argument("--fuse", default="auto", choices=("auto", "static"), help="how the optimized model decides")
     ap.add_argument("--markdown")
     args = ap.parse_args()
+    allow_tf32 = args.precision != "fp32-strict"
+    args.precision = args.precision.removesuffix("-strict")
     if args.tune:
         os.environ["EPIFUSE_TUNE"] = "1"
     work = Path(tempfile.mkdtemp(prefix="epifuse-gpu-models-"))
@@ -86,7 +109,7 @@ def main() -> int:
             continue
         start = time.perf_counter()
         auto, report = optimize_model(model, target="ort-cuda", precision=args.precision, policy=FusionPolicy(
-            mode=args.fuse, batches=batches, measure_budget_s=1200, cache_path=cache))
+            mode=args.fuse, batches=batches, measure_budget_s=1200, cache_path=cache, allow_tf32=allow_tf32))
         seconds = time.perf_counter() - start
         fused = f"{sum(d.fused for d in report.decisions)}/{len(report.decisions)}"
         print(f"{name}: {fused} fused, optimize {seconds:.1f} s ({report.pass_seconds.get('measure', 0):.1f} s "
@@ -96,17 +119,21 @@ def main() -> int:
         for d in report.decisions:
             print(f"  {d.node} {d.pattern} {d.batches} ours {d.ours_us} runtime {d.runtime_us} "
                   f"{'FUSED' if d.fused else 'no'}: {d.reason}", flush=True)
-        always = optimize_model(model, target="ort-cuda", precision=args.precision,
-                                policy=FusionPolicy(mode="always"))[0] if args.also_always else None
+        always = None if not args.also_always else optimize_model(
+            model, target="ort-cuda", precision=args.precision,
+            policy=FusionPolicy(mode="always", allow_tf32=allow_tf32))[0]
+        errors = fp32_errors(model, auto, batches[0]) if args.precision == "fp32" else {}
         for batch in batches:
             r = compare(model, auto, backend="ort-cuda", batch=batch, precision=args.precision, rounds=args.rounds)
             row = {"model": name, "batch": batch, "ort": r["original_ms"], "epifuse": r["optimized_ms"],
                    "speed-up": r["speedup"], "q1": r["speedup_q1"], "q3": r["speedup_q3"], "fused": fused,
-                   "optimize s": seconds, "always": float("nan"), "alone": float("nan"), "fused alone": "-"}
+                   "optimize s": seconds, "always": float("nan"), "alone": float("nan"), "fused alone": "-",
+                   **errors}
             if args.per_batch and len(batches) > 1:
                 alone, alone_report = optimize_model(model, target="ort-cuda", precision=args.precision,
                                                      policy=FusionPolicy(mode=args.fuse, batches=(batch,),
-                                                                         measure_budget_s=1200, cache_path=cache))
+                                                                         measure_budget_s=1200, cache_path=cache,
+                                                                         allow_tf32=allow_tf32))
                 row["fused alone"] = (f"{sum(d.fused for d in alone_report.decisions)}/"
                                       f"{len(alone_report.decisions)}")
                 row["alone"] = compare(model, alone, backend="ort-cuda", batch=batch, precision=args.precision,
@@ -118,11 +145,14 @@ def main() -> int:
             print(f"{name} batch {batch}: ORT {row['ort']:.3f} ms, epifuse {row['epifuse']:.3f} ms, "
                   f"{row['speed-up']:.3f}x ({row['q1']:.3f}-{row['q3']:.3f}); decided for this batch alone "
                   f"{row['alone']:.3f}x ({row['fused alone']}); always {row['always']:.3f}x", flush=True)
+    errs = args.precision == "fp32"
     lines = ["| model | batch | ORT best ms | epifuse ms | speed-up | interquartile | fused | this batch alone "
-             "| fuse=always |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| fuse=always |" + (" ORT error | epifuse error |" if errs else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if errs else "")]
     lines += [f"| {r['model']} | {r['batch']} | {r['ort']:.3f} | {r['epifuse']:.3f} | {r['speed-up']:.3f}x | "
               f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['alone']:.3f}x ({r['fused alone']}) | "
-              f"{r['always']:.3f}x |" for r in rows]
+              f"{r['always']:.3f}x |" + (f" {r['ort error']:.1e} | {r['epifuse error']:.1e} |" if errs else "")
+              for r in rows]
     print("\n".join(lines))
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 from rich.console import Console
 
+from .contract import STRICT_FP32
 from .errors import EpifuseError
 from .passes.save import same_file
 from .pipeline import PRECISIONS, TARGETS, FusionPolicy, optimize_file, optimize_model, unfused_model
@@ -45,7 +46,8 @@ def _policy(args) -> FusionPolicy:
         raise EpifuseError(f"--measure-budget must not be negative, got {args.measure_budget}")
     return FusionPolicy(mode=args.fuse, costs_file=args.costs, costs_device=args.costs_device,
                         measure_budget_s=args.measure_budget, batches=_batches(args.batch),
-                        model_check=False if args.no_model_check else None)
+                        model_check=False if args.no_model_check else None,
+                        allow_tf32=getattr(args, "allow_tf32", True))
 
 
 def _remove_output(path: str) -> None:
@@ -294,11 +296,25 @@ def _export_costs(args, console: Console) -> int:
         raise EpifuseError("--export-costs measures the candidates of an original model; this one is already "
                            "optimized", path=args.model)
     policy = FusionPolicy(mode="auto", measure_budget_s=args.measure_budget, batches=_batches(args.batch),
-                          export_costs=args.export_costs)
+                          export_costs=args.export_costs, allow_tf32=args.allow_tf32)
     _, report = optimize_model(model, target=args.target, precision=args.precision, report=Report(model=args.model),
                                stop_after="fuse", policy=policy)
     report.render(console)
     return 0
+
+
+class _Precision(argparse.Action):
+    """--precision with fp32-strict: fp32 whose fused convs keep allow_tf32 = 0 (args.allow_tf32), the
+    precision everywhere else being fp32."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.allow_tf32 = values != STRICT_FP32
+        setattr(namespace, self.dest, "fp32" if values == STRICT_FP32 else values)
+
+
+PRECISION_HELP = ("fp32 (default): on ort-cuda and tensorrt, fused convs may compute in TF32 on the tensor cores, "
+                  "as cuDNN and ONNX Runtime do by default; fp32-strict: fp32-level accuracy (3xTF32 or FP32 "
+                  "math); fp16, bf16: the model converted")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -307,7 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p):
         p.add_argument("--target", choices=TARGETS, default="ort-cpu", help="runtime the model is made for")
-        p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+        p.add_argument("--precision", choices=PRECISIONS + (STRICT_FP32,), default="fp32", action=_Precision,
+                       help=PRECISION_HELP)
+        p.set_defaults(allow_tf32=True)
         p.add_argument("--report", metavar="FILE.json", help="also write the report as JSON")
         decisions(p)
 
@@ -366,9 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="what would fuse, and why not where not")
     p.add_argument("model")
     p.add_argument("--target", choices=TARGETS, default="ort-cpu")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    p.add_argument("--precision", choices=PRECISIONS + (STRICT_FP32,), default="fp32", action=_Precision,
+                   help=PRECISION_HELP)
     decisions(p)
-    p.set_defaults(func=cmd_inspect)
+    p.set_defaults(func=cmd_inspect, allow_tf32=True)
 
     p = sub.add_parser("demo", help="optimize and verify the embedded default model")
     p.add_argument("--output-dir", help="where to write the models (default: a new temporary folder)")
@@ -397,7 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the measured times of MODEL's (original) fusion candidates on this machine, for "
                         "`epifuse optimize --costs FILE` elsewhere")
     p.add_argument("--target", choices=("ort-cuda", "ort-cpu"), default="ort-cuda", help="with --export-costs")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp16", help="with --export-costs")
+    p.add_argument("--precision", choices=PRECISIONS + (STRICT_FP32,), default="fp16", action=_Precision,
+                   help="with --export-costs")
+    p.set_defaults(allow_tf32=True)
     p.add_argument("--measure-budget", type=float, default=600.0, metavar="SECONDS", help="with --export-costs")
     p.set_defaults(func=cmd_tune)
 

@@ -31,7 +31,10 @@ ACTIVATIONS: dict[str, tuple[float, ...]] = {
 RESIDUAL_MODES = ("none", "pre", "post")  # in the C ABI's order (epifuse_conv_desc.residual)
 
 TARGETS = ("ort-cpu", "ort-cuda", "tensorrt")
+CUDA_TARGETS = ("ort-cuda", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "bf16")
+# `--precision fp32-strict`: fp32 without TF32 (FusedConv's allow_tf32 left 0) on the CUDA targets
+STRICT_FP32 = "fp32-strict"
 # The ONNX element types (TensorProto) of the FusedConv dtypes: by precision, and by numpy dtype name
 FLOAT, FLOAT16, BFLOAT16 = 1, 10, 16
 PRECISION_CODES = {"fp32": FLOAT, "fp16": FLOAT16, "bf16": BFLOAT16}

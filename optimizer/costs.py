@@ -67,7 +67,8 @@ class FusionGroup:
     def key(self) -> str:
         d = self.desc
         act = d.activation + (f"({','.join(f'{p:g}' for p in d.activation_params)})" if d.activation_params else "")
-        return (f"{self.pattern}|{self.dtype}|x{'x'.join(map(str, self.x_shape))}|k{d.K} {d.R}x{d.S} g{d.group} "
+        dtype = self.dtype + ("(tf32)" if d.allow_tf32 else "")
+        return (f"{self.pattern}|{dtype}|x{'x'.join(map(str, self.x_shape))}|k{d.K} {d.R}x{d.S} g{d.group} "
                 f"s{d.stride_h},{d.stride_w} d{d.dil_h},{d.dil_w} p{d.pad_top},{d.pad_left},{d.pad_bottom},"
                 f"{d.pad_right}|{act}|{d.residual}")
 

@@ -53,7 +53,7 @@ def static_verdict(target: str, dtype: str, kernels: list[str]) -> tuple[bool, s
     if target == "tensorrt":
         return False, TENSORRT_NATIVE
     if dtype == "fp32":
-        return False, "static: ORT's CUDA EP runs fp32 convs as TF32, the fp32 kernels do not"
+        return False, "static: fp32 convs untimed stay ORT's (cuDNN, in TF32 by default)"
     if kernels and all(_unproven(k) for k in kernels):
         return False, ("static: only the direct or grouped kernels run it; untimed, they are not known to beat cuDNN"
                        if any(k not in DIRECT_KERNELS for k in kernels) else
@@ -88,7 +88,7 @@ class Decider:
     """Local verdicts for the fuse pass (`verdict`) and the per-region adjustment (`choose_regions`)."""
 
     def __init__(self, target: str, precision: str, mode: str = "auto", costs: Costs | None = None,
-                 batches: tuple[int, ...] = (1,), excluded: frozenset[str] = frozenset()):
+                 batches: tuple[int, ...] = (1,), excluded: frozenset[str] = frozenset(), allow_tf32: bool = False):
         if mode not in MODES:
             raise ValueError(f"unknown fusion mode {mode!r} (one of {', '.join(MODES)})")
         self.target, self.precision, self.mode = target, precision, mode
@@ -96,6 +96,7 @@ class Decider:
         self.batches = tuple(batches) or (1,)
         self.approved: dict[str, Verdict] = {}  # convs an earlier pass wrote on a positive verdict
         self.excluded = excluded  # candidates the whole-model check left out (by the report's node name)
+        self.allow_tf32 = int(allow_tf32)  # the fused convs' allow_tf32 attribute (fp32 on a CUDA target)
         self._shapes: dict[int, dict[str, tuple[int, ...]]] = {}  # batch -> shapes inferred with it
 
     def shape_at(self, graph: gs.Graph, t: gs.Tensor, batch: int) -> tuple[int, ...] | None:

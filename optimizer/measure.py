@@ -191,6 +191,8 @@ def fused_model(group: FusionGroup, copies: int = 1) -> onnx.ModelProto:
              "plugin_namespace": contract.PLUGIN_NAMESPACE, "plugin_version": contract.PLUGIN_VERSION}
     if d.activation_params:
         attrs["activation_params"] = [float(p) for p in d.activation_params]
+    if d.allow_tf32:
+        attrs["allow_tf32"] = 1
     for copy in range(copies):  # each copy with weights of its own, as in runtime_model
         y = gs.Variable(f"y{copy}", dtype, d.output_nhwc())
         w, b = gs.Constant(f"w{copy}", _own(krsc, copy)), gs.Constant(f"b{copy}", _own(bias, copy))

@@ -14,7 +14,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
-from .contract import PRECISIONS, TARGETS
+from .contract import CUDA_TARGETS, PRECISIONS, TARGETS
 from .costs import Costs, CostTable, FileCosts, MeasuredCosts, default_cache_path
 from .decide import MODES, Decider
 from .errors import EpifuseError
@@ -58,7 +58,9 @@ class FusionPolicy:
     (ort-cpu always; ort-cuda with a GPU, onnxruntime-gpu and a CUDA build), within `measure_budget_s`
     seconds (None: MEASURE_BUDGET_S for the target), caching what it measured in `cache_path`. `batches`: the batch sizes a symbolic batch
     dimension is decided for (a candidate fuses only where faster at each). `timer`: a measuring timer
-    to use instead of ONNX Runtime's (tests)."""
+    to use instead of ONNX Runtime's (tests). `allow_tf32`: fp32 FusedConvs for a CUDA target may compute
+    in TF32 on the tensor cores (their allow_tf32 attribute), as cuDNN, ONNX Runtime and PyTorch compute
+    fp32 convs by default; False keeps fp32-level accuracy (`--precision fp32-strict`)."""
 
     mode: str | None = None
     costs_file: str | None = None
@@ -71,6 +73,7 @@ class FusionPolicy:
     export_costs: str | None = None
     model_check: object | None = None
     exclude: frozenset[str] = frozenset()  # candidates (report node names) never fused: the check's variants
+    allow_tf32: bool = True
 
     def model_checker(self):
         """How the whole-model check times a model against the original: `model_check` (a callable like
@@ -125,7 +128,8 @@ def make_decider(policy: FusionPolicy, target: str, precision: str, report: Repo
     if policy.export_costs and not isinstance(costs, MeasuredCosts):
         raise EpifuseError(f"--export-costs needs measuring on the target here ({costs.description})")
     report.costs = f"{mode}: {costs.description}"
-    return Decider(target, precision, mode, costs, policy.batches, policy.exclude)
+    tf32 = policy.allow_tf32 and precision == "fp32" and target in CUDA_TARGETS
+    return Decider(target, precision, mode, costs, policy.batches, policy.exclude, allow_tf32=tf32)
 
 
 def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
@@ -331,6 +335,9 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     with _timed(report, "canonicalize", progress, free_memory):
         graph = canonicalize(graph, report)
     decider = make_decider(policy or FusionPolicy(), target, precision, report)
+    if decider.allow_tf32:
+        report.notes.append("fp32 FusedConvs may compute in TF32 on the tensor cores (allow_tf32), as ORT's own "
+                            "convs do by default; --precision fp32-strict keeps fp32 accuracy")
     if progress is not None and isinstance(decider.costs, MeasuredCosts):
         decider.costs.progress = progress  # minutes of measuring on a GPU: say which candidate is timed
     with _timed(report, "fc_as_conv", progress, free_memory, decider.costs):  # before fusion: its convs fuse

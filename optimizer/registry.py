@@ -29,6 +29,7 @@ class _CDesc(ctypes.Structure):
         ("activation_params", ctypes.POINTER(ctypes.c_float)),
         ("n_activation_params", ctypes.c_int32),
         ("residual", ctypes.c_int32),
+        ("allow_tf32", ctypes.c_int32),
     ]
 
 
@@ -61,18 +62,19 @@ class ConvDesc:
     activation: str = "identity"
     activation_params: tuple[float, ...] = ()  # empty: the contract's defaults
     residual: str = "none"
+    allow_tf32: int = 0  # 1: a float problem may compute in TF32 on the tensor cores
 
     @classmethod
     def from_attributes(cls, dtype: int, x_shape: Sequence, w_shape: Sequence, *, strides=(1, 1),
                         pads=(0, 0, 0, 0), dilations=(1, 1), group=1, activation="identity",
-                        activation_params=(), residual="none") -> "ConvDesc":
+                        activation_params=(), residual="none", allow_tf32=0) -> "ConvDesc":
         """From FusedConv node attributes and the NHWC input / KRSC filter shapes (entries may
         be symbolic: None or a name)."""
         n, h, w, c = (_dim(v) for v in x_shape)
         k, r, s = (_dim(v) for v in w_shape[:3])
         return cls(dtype, n, h, w, c, k, r, s, int(group), int(strides[0]), int(strides[1]),
                    int(dilations[0]), int(dilations[1]), *(int(p) for p in pads),
-                   activation, tuple(float(a) for a in activation_params), residual)
+                   activation, tuple(float(a) for a in activation_params), residual, int(allow_tf32))
 
     def output_nhwc(self) -> tuple[int, int, int, int]:
         """Y's shape [N, P, Q, K], by the contract's output size rule."""
@@ -88,12 +90,12 @@ class ConvDesc:
                    self.stride_h, self.stride_w, self.dil_h, self.dil_w, self.pad_top, self.pad_left,
                    self.pad_bottom, self.pad_right, self.activation.encode(),
                    ctypes.cast(params, ctypes.POINTER(ctypes.c_float)), len(self.activation_params),
-                   RESIDUAL_MODES[self.residual])
+                   RESIDUAL_MODES[self.residual], self.allow_tf32)
         c._keep = params  # the struct points into it
         return c
 
 
-ABI_VERSION = 2  # plugins/core/epifuse_c_api.h's EPIFUSE_ABI_VERSION, which these bindings are written for
+ABI_VERSION = 3  # plugins/core/epifuse_c_api.h's EPIFUSE_ABI_VERSION, which these bindings are written for
 
 
 @functools.lru_cache(maxsize=1)

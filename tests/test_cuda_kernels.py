@@ -13,6 +13,9 @@ from optimizer.registry import FLOAT16, ConvDesc
 pytestmark = pytest.mark.gpu
 
 REL_L2 = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+# TF32 kernels (float operands rounded to a 10-bit mantissa, fp32 sums), against the float64 reference of
+# the unrounded fp32 inputs: each product is off by up to ~2^-10 relative
+REL_L2_TF32 = 2e-3
 ONNX_DTYPE = {"float32": 1, "float16": 10, "bfloat16": 16}
 
 
@@ -44,7 +47,7 @@ def _reference(x, w, b, z, act, params, residual, stride, pads, dil, group):
 
 
 def _run_all(dtype, n, h, w_, c, k, r, s, *, stride=(1, 1), pads=(0, 0, 0, 0), dil=(1, 1), group=1,
-             act="silu", params=(), residual="none", seed=0):
+             act="silu", params=(), residual="none", seed=0, allow_tf32=0):
     import torch
 
     from optimizer import cuda
@@ -55,7 +58,7 @@ def _run_all(dtype, n, h, w_, c, k, r, s, *, stride=(1, 1), pads=(0, 0, 0, 0), d
     wt = (torch.randn(k, r, s, c // group, device="cuda", generator=g) / (r * s * c // group) ** 0.5).to(tdtype)
     b = torch.randn(k, device="cuda", generator=g).to(tdtype)
     desc = ConvDesc(ONNX_DTYPE[dtype], n, h, w_, c, k, r, s, group, stride[0], stride[1], dil[0], dil[1], *pads,
-                    act, tuple(params), residual)
+                    act, tuple(params), residual, allow_tf32)
     p = (h + pads[0] + pads[2] - dil[0] * (r - 1) - 1) // stride[0] + 1
     q = (w_ + pads[1] + pads[3] - dil[1] * (s - 1) - 1) // stride[1] + 1
     z = torch.randn(n, p, q, k, device="cuda", generator=g).to(tdtype) if residual != "none" else None
@@ -73,8 +76,8 @@ def _run_all(dtype, n, h, w_, c, k, r, s, *, stride=(1, 1), pads=(0, 0, 0, 0), d
         assert not torch.isnan(y).any(), f"{name}: output not fully written (or NaN)"
         err = float((y.double() - ref).norm() / ref.norm().clamp_min(1e-30))
         results[name] = err
-    bad = {k_: e for k_, e in results.items() if not e <= REL_L2[dtype]}
-    assert not bad, f"relative L2 over {REL_L2[dtype]}: {bad} (all: {results})"
+    bad = {k_: e for k_, e in results.items() if not e <= (REL_L2_TF32 if "_tf32_" in k_ else REL_L2[dtype])}
+    assert not bad, f"relative L2 over {REL_L2[dtype]} (TF32 kernels: {REL_L2_TF32}): {bad} (all: {results})"
     return results
 
 
@@ -175,6 +178,44 @@ def test_grouped_kernels(dtype, residual):
         results = _run_all(dtype, n, hw, hw, c, c, 3, 3, stride=(stride, stride), pads=(1, 1, 1, 1), group=group,
                            act=act, params=params, residual=residual, seed=seed)
         assert not built or any(k.startswith(f"sm80_{t}_grouped_") for k in results), results
+
+
+@pytest.mark.parametrize("residual", ["none", "pre", "post"])
+def test_tf32_kernels(residual):
+    """fp32 nodes with allow_tf32: the TF32 kernels (sm80 tf32_*) run, within REL_L2_TF32 of float64 and
+    within twice the error of cuDNN's own TF32 conv (torch, allow_tf32) on the same inputs; the other fp32
+    kernels stay within fp32's bound. Without allow_tf32 no TF32 kernel is offered."""
+    import torch
+    import torch.nn.functional as F
+
+    from optimizer import cuda
+
+    built = any(k.startswith("sm80_tf32_") for k in cuda.compiled_kernels())
+    for seed, (n, hw, c, k, rs, stride, act) in enumerate([
+            (1, 14, 64, 64, 3, 1, "relu"), (8, 28, 128, 256, 1, 1, "silu"), (2, 29, 64, 128, 3, 2, "hardswish"),
+            (1, 7, 512, 2048, 1, 1, "identity"), (4, 56, 64, 64, 3, 1, "gelu")]):
+        pads = (rs // 2,) * 4
+        results = _run_all("float32", n, hw, hw, c, k, rs, rs, stride=(stride, stride), pads=pads, act=act,
+                           residual=residual, seed=seed, allow_tf32=1)
+        tf32 = {name: e for name, e in results.items() if "_tf32_" in name}
+        assert not built or tf32, results
+        strict = _run_all("float32", n, hw, hw, c, k, rs, rs, stride=(stride, stride), pads=pads, act=act,
+                          residual=residual, seed=seed)
+        assert not any("_tf32_" in name for name in strict)
+        # cuDNN's TF32 on the same problem (conv only: the epilogue adds no error of its own to speak of)
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = torch.randn(n, c, hw, hw, device="cuda", generator=g)
+        w = torch.randn(k, c, rs, rs, device="cuda", generator=g) / (rs * rs * c) ** 0.5
+        ref = F.conv2d(x.double(), w.double(), stride=stride, padding=rs // 2)
+        before = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = True
+        try:
+            cudnn = F.conv2d(x, w, stride=stride, padding=rs // 2)
+        finally:
+            torch.backends.cudnn.allow_tf32 = before
+        cudnn_err = float((cudnn.double() - ref).norm() / ref.norm())
+        if cudnn_err > 1e-4:  # cuDNN chose a TF32 algorithm: ours within twice its error
+            assert all(e <= 2 * cudnn_err for e in tf32.values()), (tf32, cudnn_err)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -143,12 +143,13 @@ def test_tensorrt_target_writes_what_the_onnx_parser_expects(tmp_path):
              "dilations": onnx.AttributeProto.INTS, "group": onnx.AttributeProto.INT,
              "activation": onnx.AttributeProto.STRING, "residual": onnx.AttributeProto.STRING,
              "plugin_namespace": onnx.AttributeProto.STRING, "plugin_version": onnx.AttributeProto.STRING,
-             "activation_params": onnx.AttributeProto.FLOATS}
+             "activation_params": onnx.AttributeProto.FLOATS, "allow_tf32": onnx.AttributeProto.INT}
     for n in fused:
         attrs = {a.name: a for a in n.attribute}
         assert set(attrs) <= set(kinds) and {"plugin_namespace", "plugin_version", "activation"} <= set(attrs)
         assert all(attrs[k].type == kinds[k] for k in attrs)
         assert attrs["plugin_namespace"].s == b"epifuse" and attrs["plugin_version"].s == b"1"
+        assert attrs["allow_tf32"].i == 1  # fp32 for TensorRT: TF32 allowed, as TensorRT's own convs
         assert n.domain == "epifuse"
         assert all(name for name in n.input), "no empty optional inputs"
         assert len(n.input) == (4 if attrs["residual"].s != b"none" else 3)

@@ -190,3 +190,33 @@ def test_a_large_filter_is_transposed_in_place_to_krsc(shape):
     before = shared.copy()
     _krsc(shared, sole_reader=False)
     np.testing.assert_array_equal(shared, before)  # another conv still reads it: untouched
+
+
+@pytest.mark.parametrize("target, precision, allow, expected", [
+    ("ort-cuda", "fp32", True, 1), ("tensorrt", "fp32", True, 1),
+    ("ort-cuda", "fp32", False, 0),   # --precision fp32-strict
+    ("ort-cpu", "fp32", True, 0),     # the CPU kernels compute fp32 either way
+    ("ort-cuda", "fp16", True, 0),
+])
+def test_allow_tf32_is_written_for_fp32_on_the_cuda_targets(target, precision, allow, expected):
+    """The node and the registry's problem both say whether the kernel may compute in TF32."""
+    from optimizer.pipeline import FusionPolicy, optimize_model
+    from optimizer.registry import ConvDesc, kernel_names
+
+    seen = []
+
+    def record(target, desc):
+        seen.append(desc["allow_tf32"])
+        return 1, ""
+
+    model = conv_net(lambda g, x: g.op("Relu", [g.conv(x, 8, 16, 3)]), batch=1)
+    optimized, _ = optimize_model(model, target=target, precision=precision, kernel_query=record,
+                                  policy=FusionPolicy(mode="always", allow_tf32=allow))
+    nodes = [n for n in optimized.graph.node if n.op_type == contract.OP_TYPE]
+    assert len(nodes) == 1 and seen and set(seen) == {expected}
+    attrs = {a.name: a.i for a in nodes[0].attribute if a.name == "allow_tf32"}
+    assert attrs == ({"allow_tf32": 1} if expected else {})
+    tf32 = [k for k in kernel_names(target, ConvDesc(dtype=1, N=1, H=12, W=12, C=8, K=16, R=3, S=3, pad_top=1,
+                                                      pad_left=1, pad_bottom=1, pad_right=1, allow_tf32=expected))
+            if "_tf32_" in k]
+    assert bool(tf32) == (bool(expected) and target != "ort-cpu")

@@ -72,7 +72,7 @@ def run_case(dtype_name="float32", *, N=1, H=7, W=9, C=8, K=6, R=3, S=3, residua
     y = run_session(sess, {"X": x} if z is None else {"X": x, "Z": z})
     assert y.dtype == dtype and y.shape == (N, P, Q, K)
     f64 = [None if a is None else a.astype(np.float64) for a in (x, w, b, z)]
-    ref = fused_conv(*f64, **attrs)
+    ref = fused_conv(*f64, **{k: v for k, v in attrs.items() if k != "allow_tf32"})  # math, not the result
     err = rel_l2(y, ref)
     assert err <= tol, f"rel L2 {err:.2e} > {tol:.0e}"
 
@@ -110,6 +110,8 @@ GEOMETRIES = {
     "channel_chunks": dict(H=4, W=3, C=40, K=290, pads=[1, 1, 1, 1], activation="tanh"),
     "filter_larger_than_input": dict(H=2, W=3, R=5, S=5, pads=[2, 2, 2, 2], activation="softplus"),
     "symbolic_input": dict(N=3, symbolic_input=True, pads=[1, 0, 1, 0], activation="gelu_tanh"),
+    # allow_tf32 permits TF32 on the CUDA kernels only: the CPU kernel stays within fp32's bound
+    "allow_tf32": dict(N=2, pads=[1, 1, 1, 1], activation="silu", residual="pre", allow_tf32=1),
 }
 
 
@@ -151,6 +153,8 @@ def _session(node_name="bad_node", x_shape=(1, 5, 5, 4), w_shape=(4, 3, 3, 4), z
     (dict(pads=[1, 1, -1, 1]), None, "pads"),
     (dict(pads=[1, 1]), None, "pads"),
     (dict(group=2.0), None, "group"),
+    (dict(allow_tf32=2), None, "allow_tf32 must be 0 or 1, got 2"),
+    (dict(allow_tf32="yes"), None, "allow_tf32"),
 ])
 def test_bad_attributes_fail_session_creation(attrs, z_shape, detail):
     with pytest.raises(Exception) as info:

@@ -28,7 +28,7 @@ class _CAttrs(ctypes.Structure):
     _fields_ = [*[(f, ctypes.c_int64) for f in ("stride_h", "stride_w", "dil_h", "dil_w", "pad_top", "pad_left",
                                                  "pad_bottom", "pad_right", "group")],
                 ("activation", ctypes.c_char_p), ("activation_params", ctypes.c_float * 2),
-                ("residual", ctypes.c_int32)]
+                ("residual", ctypes.c_int32), ("allow_tf32", ctypes.c_int32)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -91,7 +91,7 @@ class Fields:
         return dict(strides=(a.stride_h, a.stride_w), dilations=(a.dil_h, a.dil_w),
                     pads=(a.pad_top, a.pad_left, a.pad_bottom, a.pad_right), group=a.group,
                     activation=a.activation.decode(), activation_params=tuple(a.activation_params),
-                    residual=RESIDUAL_NAMES[a.residual])
+                    residual=RESIDUAL_NAMES[a.residual], allow_tf32=a.allow_tf32)
 
     def serialized(self) -> list[tuple[str, int, bytes, int]]:
         """getFieldsToSerialize's fields, copied out."""
@@ -132,12 +132,14 @@ def test_field_names_are_the_contract_attributes():
             break
         specs[name.value.decode()] = (ftype.value, length.value)
     assert specs == {"strides": (INT32, 2), "pads": (INT32, 4), "dilations": (INT32, 2), "group": (INT32, 1),
-                     "activation": (CHAR, 0), "activation_params": (FLOAT32, 0), "residual": (CHAR, 0)}
+                     "activation": (CHAR, 0), "activation_params": (FLOAT32, 0), "residual": (CHAR, 0),
+                     "allow_tf32": (INT32, 1)}
 
 
 def test_missing_fields_take_the_contract_defaults():
     assert Fields([]).attrs() == dict(strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), group=1,
-                                      activation="identity", activation_params=(0.0, 0.0), residual="none")
+                                      activation="identity", activation_params=(0.0, 0.0), residual="none",
+                                      allow_tf32=0)
 
 
 def test_fields_as_the_onnx_parser_forwards_them():
@@ -175,6 +177,8 @@ def test_char_field_without_terminating_nul():
     ([field("pads", [0, -1, 0, 0])], "pads must be in [0, 2^31 - 1]"),
     ([field("group", 0)], "group must be in [1, 2^31 - 1]"),
     ([field("group", 1), field("group", 2)], "field 'group' is given twice"),
+    ([field("allow_tf32", 2)], "allow_tf32 must be 0 or 1, got 2"),
+    ([field("allow_tf32", [1, 1])], "field 'allow_tf32' (INT32 x 2): expected one value"),
     ([("strides", INT32, b"", -1)], "negative length"),
 ])
 def test_bad_fields_are_errors_that_name_the_field(fields, message):
@@ -190,6 +194,7 @@ def _round_trip_cases():
             yield dict(activation=act, **({"activation_params": p} if p else {}))
     for res in RESIDUAL_MODES:
         yield dict(residual=res, strides=[2, 3], pads=[0, 1, 2, 3], dilations=[3, 2], group=8)
+    yield dict(allow_tf32=1, activation="relu")
 
 
 @pytest.mark.parametrize("attrs", list(_round_trip_cases()), ids=lambda a: "-".join(f"{k}={v}" for k, v in a.items()))
@@ -198,7 +203,8 @@ def test_serialize_then_create_runtime_round_trip(attrs):
     that one writes the same bytes (a null or lossy getFieldsToSerialize still builds silently)."""
     built = Fields(onnx_fields(**attrs))
     written = built.serialized()
-    assert {name for name, *_ in written} >= {"strides", "pads", "dilations", "group", "activation", "residual"}
+    assert {name for name, *_ in written} >= {"strides", "pads", "dilations", "group", "activation", "residual",
+                                              "allow_tf32"}
     for name, ftype, data, length in written:  # the types the parser gives, so createPlugin parses both alike
         assert ftype in (INT32, CHAR, FLOAT32), name
         if ftype == CHAR:
@@ -221,7 +227,8 @@ def test_timing_cache_id_keys_on_what_changes_the_kernel_choice():
     assert base.timing_cache_id() == Fields(onnx_fields(activation="leaky_relu", activation_params=[0.3])).timing_cache_id()
     for other in (dict(activation="relu"), dict(activation="leaky_relu", group=2),
                   dict(activation="leaky_relu", strides=[2, 2]), dict(activation="leaky_relu", residual="pre"),
-                  dict(activation="leaky_relu", pads=[1, 1, 1, 1]), dict(activation="leaky_relu", dilations=[2, 2])):
+                  dict(activation="leaky_relu", pads=[1, 1, 1, 1]), dict(activation="leaky_relu", dilations=[2, 2]),
+                  dict(activation="leaky_relu", allow_tf32=1)):
         assert Fields(onnx_fields(**other)).timing_cache_id() != base.timing_cache_id(), other
 
 

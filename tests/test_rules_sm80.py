@@ -68,6 +68,22 @@ def test_fp32_takes_the_3xtf32_kernel():
     assert sm80("tensorrt", desc(FLOAT, x=(1, 9, 9, 12), w=(20, 3, 3, 12))) == ["sm80_f32_3xtf32_128x64x16_4st"]
 
 
+@pytest.mark.parametrize("target", ["ort-cuda", "tensorrt"])
+def test_tf32_kernels_only_where_the_node_allows_tf32(target):
+    tf32 = ["sm80_tf32_64x64x32_4st", "sm80_tf32_128x128x32_3st"]
+    assert sm80(target, desc(FLOAT, allow_tf32=1)) == [*tf32, "sm80_f32_3xtf32_128x64x16_4st"]
+    assert not set(tf32) & set(registry.kernel_names(target, desc(FLOAT)))
+    assert not set(tf32) & set(registry.kernel_names(target, desc(FLOAT16, allow_tf32=1)))  # float only
+    ok, why = registry.kernel_count(target, desc(FLOAT, x=(1, 9, 9, 6), w=(20, 3, 3, 6), allow_tf32=1))
+    assert ok >= 1 and not set(tf32) & set(registry.kernel_names(target, desc(FLOAT, x=(1, 9, 9, 6),
+                                                                              w=(20, 3, 3, 6), allow_tf32=1)))
+
+
+def test_a_bad_allow_tf32_is_refused():
+    with pytest.raises(ValueError, match="allow_tf32 must be 0 or 1, got 2"):
+        registry.validate(desc(FLOAT, allow_tf32=2))
+
+
 @pytest.mark.parametrize("x,w", [((1, 9, 9, 3), (64, 3, 3, 3)), ((1, 9, 9, 64), (10, 3, 3, 64))])
 def test_fp32_unaligned_none(x, w):
     assert sm80("ort-cuda", desc(FLOAT, x=x, w=w)) == []

@@ -184,7 +184,7 @@ class _Fuser:
                     C=cg * p.group, K=k, R=r, S=s, group=p.group, stride_h=p.strides[0], stride_w=p.strides[1],
                     dil_h=p.dilations[0], dil_w=p.dilations[1], pad_top=p.pads[0], pad_left=p.pads[1],
                     pad_bottom=p.pads[2], pad_right=p.pads[3], activation=c.activation,
-                    activation_params=tuple(c.params), residual=c.residual)
+                    activation_params=tuple(c.params), residual=c.residual, allow_tf32=self.decider.allow_tf32)
 
     def plan(self, conv: gs.Node) -> Plan | None:
         """The largest candidate with a kernel, and the cost verdict on it; None (and the reason in the
@@ -236,6 +236,8 @@ class _Fuser:
                  "plugin_namespace": contract.PLUGIN_NAMESPACE, "plugin_version": contract.PLUGIN_VERSION}
         if c.params:
             attrs["activation_params"] = [float(v) for v in c.params]
+        if self.decider.allow_tf32:
+            attrs["allow_tf32"] = 1
         out_shape = shape_of(c.output)
         y_nhwc = make_variable(graph, f"{c.output.name}_nhwc", c.output.dtype,
                                [out_shape[i] for i in NCHW_TO_NHWC] if out_shape and len(out_shape) == 4 else None)

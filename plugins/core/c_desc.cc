@@ -35,6 +35,9 @@ Status problem_from_desc(const epifuse_conv_desc* d, ConvProblem* p) {
     case EPIFUSE_RESIDUAL_POST: a.residual = Residual::kPost; break;
     default: return Status::Error("unknown residual mode " + std::to_string(d->residual));
   }
+  if (d->allow_tf32 != 0 && d->allow_tf32 != 1)
+    return Status::Error("allow_tf32 must be 0 or 1, got " + std::to_string(d->allow_tf32));
+  a.allow_tf32 = d->allow_tf32 == 1;
   return Status::Ok();
 }
 

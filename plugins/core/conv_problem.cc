@@ -141,6 +141,11 @@ Status parse_attributes(const RawAttributes& raw, ConvAttributes* out) {
   EPIFUSE_RETURN_IF_ERROR(parse_activation(raw.activation.value_or("identity"), params.data(),
                                            static_cast<int64_t>(params.size()), &a.activation));
   if (raw.residual) EPIFUSE_RETURN_IF_ERROR(parse_residual(*raw.residual, &a.residual));
+  if (raw.allow_tf32) {
+    if (*raw.allow_tf32 != 0 && *raw.allow_tf32 != 1)
+      return Status::Error("allow_tf32 must be 0 or 1, got " + std::to_string(*raw.allow_tf32));
+    a.allow_tf32 = *raw.allow_tf32 == 1;
+  }
   EPIFUSE_RETURN_IF_ERROR(validate_attributes(a));
   *out = a;
   return Status::Ok();

@@ -41,6 +41,10 @@ struct ConvAttributes {
   int64_t group = 1;
   Activation activation;
   Residual residual = Residual::kNone;
+  // float only: the CUDA kernels may compute in TF32 on the tensor cores (10-bit mantissa operands,
+  // fp32 accumulation), as cuDNN, ONNX Runtime and PyTorch do by default; off, they keep fp32-level
+  // accuracy (3xTF32 or FFMA). The CPU kernels compute in fp32 either way.
+  bool allow_tf32 = false;
 };
 
 // Node attributes as read from a graph; an absent attribute takes the contract default.
@@ -49,6 +53,7 @@ struct RawAttributes {
   std::optional<int64_t> group;
   std::optional<std::string> activation, residual;
   std::optional<std::vector<float>> activation_params;
+  std::optional<int64_t> allow_tf32;
 };
 
 // Dimensions use -1 for "unknown" (symbolic N/H/W, or shapes not known at load time); checks

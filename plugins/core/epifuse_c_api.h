@@ -11,7 +11,8 @@ extern "C" {
 #endif
 
 // 2: epifuse_cpu_fused_conv takes the kernel to run (oneDNN or the reference kernel).
-#define EPIFUSE_ABI_VERSION 2
+// 3: epifuse_conv_desc ends with allow_tf32.
+#define EPIFUSE_ABI_VERSION 3
 #define EPIFUSE_EXPORT __attribute__((visibility("default")))
 
 // ONNX TensorProto element types used by the op contract.
@@ -31,6 +32,7 @@ typedef struct epifuse_conv_desc {
   const float* activation_params;    // may be NULL when n_activation_params == 0
   int32_t n_activation_params;       // 0 means the contract's defaults
   int32_t residual;                  // EPIFUSE_RESIDUAL_*
+  int32_t allow_tf32;                // 0 or 1: the node's allow_tf32 (float may compute in TF32)
 } epifuse_conv_desc;
 
 EPIFUSE_EXPORT int32_t epifuse_abi_version(void);

@@ -25,6 +25,7 @@ typedef struct epifuse_plugin_attrs {
   const char* activation;
   float activation_params[2];  // resolved values (defaults filled in)
   int32_t residual;            // EPIFUSE_RESIDUAL_*
+  int32_t allow_tf32;          // 0 or 1
 } epifuse_plugin_attrs;
 
 // The creator's field list (getFieldNames), by index from 0; non-zero past the end.

@@ -59,6 +59,7 @@ void epifuse_plugin_fields_attrs(const epifuse_plugin_fields* f, epifuse_plugin_
   out->activation_params[0] = a.activation.params[0];
   out->activation_params[1] = a.activation.params[1];
   out->residual = static_cast<int32_t>(a.residual);
+  out->allow_tf32 = a.allow_tf32 ? 1 : 0;
 }
 
 int32_t epifuse_plugin_fields_serialized(const epifuse_plugin_fields* f, const epifuse_plugin_field** fields,

@@ -13,6 +13,7 @@ constexpr const char* kGroup = "group";
 constexpr const char* kActivation = "activation";
 constexpr const char* kActivationParams = "activation_params";
 constexpr const char* kResidual = "residual";
+constexpr const char* kAllowTf32 = "allow_tf32";
 
 const char* type_name(FieldType t) {
   switch (t) {
@@ -104,7 +105,7 @@ const std::vector<FieldSpec>& plugin_field_specs() {
       {kStrides, FieldType::kInt32, 2},      {kPads, FieldType::kInt32, 4},
       {kDilations, FieldType::kInt32, 2},    {kGroup, FieldType::kInt32, 1},
       {kActivation, FieldType::kChar, 0},    {kActivationParams, FieldType::kFloat32, 0},
-      {kResidual, FieldType::kChar, 0},
+      {kResidual, FieldType::kChar, 0},      {kAllowTf32, FieldType::kInt32, 1},
   };
   return specs;
 }
@@ -130,10 +131,10 @@ Status attributes_from_fields(const Field* fields, int32_t n, ConvAttributes* ou
     if (name == kStrides || name == kPads || name == kDilations) {
       EPIFUSE_RETURN_IF_ERROR(read_ints(f, &ints));
       (name == kStrides ? raw.strides : name == kPads ? raw.pads : raw.dilations) = ints;
-    } else if (name == kGroup) {
+    } else if (name == kGroup || name == kAllowTf32) {
       EPIFUSE_RETURN_IF_ERROR(read_ints(f, &ints));
       if (ints.size() != 1) return field_error(f, "expected one value");
-      raw.group = ints[0];
+      (name == kGroup ? raw.group : raw.allow_tf32) = ints[0];
     } else if (name == kActivation || name == kResidual) {
       std::string s;
       EPIFUSE_RETURN_IF_ERROR(read_string(f, &s));
@@ -158,7 +159,7 @@ Status SerializedFields::assign(const ConvAttributes& a) {
       {kPads, a.pad_top, &pads_[0]},        {kPads, a.pad_left, &pads_[1]},
       {kPads, a.pad_bottom, &pads_[2]},     {kPads, a.pad_right, &pads_[3]},
       {kDilations, a.dil_h, &dilations_[0]}, {kDilations, a.dil_w, &dilations_[1]},
-      {kGroup, a.group, &group_},
+      {kGroup, a.group, &group_},           {kAllowTf32, a.allow_tf32, &allow_tf32_},
   };
   for (const auto& i : ints) EPIFUSE_RETURN_IF_ERROR(to_int32(i.name, i.value, i.slot));
   int n_params = 0;
@@ -177,6 +178,7 @@ Status SerializedFields::assign(const ConvAttributes& a) {
   // Resolved values, defaults included, so a later change of a default cannot change an engine.
   if (n_params > 0) fields_.push_back({kActivationParams, params_, FieldType::kFloat32, n_params});
   fields_.push_back({kResidual, residual_.c_str(), FieldType::kChar, static_cast<int32_t>(residual_.size() + 1)});
+  fields_.push_back({kAllowTf32, &allow_tf32_, FieldType::kInt32, 1});
   return Status::Ok();
 }
 
@@ -229,7 +231,7 @@ std::vector<const KernelDescriptor*> profile_kernels(const std::vector<ConvProbl
 std::string timing_cache_id(const ConvAttributes& a) {
   return "FusedConv/1:g" + std::to_string(a.group) + ":s" + join({a.stride_h, a.stride_w}, "x") + ":d" +
          join({a.dil_h, a.dil_w}, "x") + ":p" + join({a.pad_top, a.pad_left, a.pad_bottom, a.pad_right}, ",") +
-         ":" + activation_name(a.activation.kind) + ":" + residual_name(a.residual);
+         ":" + activation_name(a.activation.kind) + ":" + residual_name(a.residual) + (a.allow_tf32 ? ":tf32" : "");
 }
 
 }  // namespace epifuse

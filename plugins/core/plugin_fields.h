@@ -58,7 +58,7 @@ class SerializedFields {
   const std::vector<Field>& fields() const { return fields_; }
 
  private:
-  int32_t strides_[2] = {}, pads_[4] = {}, dilations_[2] = {}, group_ = 1;
+  int32_t strides_[2] = {}, pads_[4] = {}, dilations_[2] = {}, group_ = 1, allow_tf32_ = 0;
   float params_[2] = {};
   std::string activation_, residual_;
   std::vector<Field> fields_;

@@ -3,18 +3,18 @@
 // compiled for them). Each rule accepts a subset of what that configuration's
 // cutlass::conv::device::ImplicitGemmConvolution::can_implement accepts, and where a CUTLASS
 // constraint is not enough for correct int32 address arithmetic, the rule is stricter:
-//   - dtype float16 / bfloat16 (fp32 accumulation), or float through 3xTF32; group == 1 except for
-//     the grouped kernels;
+//   - dtype float16 / bfloat16 (fp32 accumulation), or float through 3xTF32 or (allow_tf32) TF32;
+//     group == 1 except for the grouped kernels;
 //   - channel alignment: C % AlignAB (the iterators' access width) and K % AlignC (the epilogue's);
 //   - kOptimized activation iterator: R <= 32 and S <= 32 (mask bits);
 //   - X, W and Y each under 2 GiB (CUTLASS uses int32 offsets), grid.y = ceil(K / tile N) <= 65535;
 //   - every size CUTLASS stores as int (H, W, pads, strides, dilations, H + pads, W + pads) < 2^31.
 // The configurations partition the problems of a 16-bit dtype: aligned channels go to the three
 // TensorOp tiles, C < 8 with K % 8 == 0 to the few-channel stem kernel, the rest to the
-// unaligned kernel. Within the aligned group the order is the heuristic's preference. fp32 has one
-// 3xTF32 kernel for C % 4 == 0 and K % 4 == 0 (fp32-level accuracy); other fp32 problems go to
-// cuda_direct. Grouped problems (1 < group < C) go to the grouped kernels where their channels per
-// group fit (below), else to cuda_direct.
+// unaligned kernel. Within the aligned group the order is the heuristic's preference. fp32 has TF32
+// kernels for nodes with allow_tf32 and one 3xTF32 kernel (fp32-level accuracy), all for C % 4 == 0
+// and K % 4 == 0; other fp32 problems go to cuda_direct. Grouped problems (1 < group < C) go to the
+// grouped kernels where their channels per group fit (below), else to cuda_direct.
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -39,6 +39,7 @@ struct Config {
   Kind kind;
   int tile_n;  // threadblock N (output channels per CTA): grid.y = ceil(K / tile_n)
   int align;   // kAligned: the channel alignment of C and K (128-bit accesses)
+  bool tf32;   // computes float in TF32: only for nodes with allow_tf32
 };
 
 // kernels.def's lines, in its order: a 16-bit line as its f16 and bf16 twins (128-bit accesses: 8
@@ -50,8 +51,10 @@ struct Config {
 #define EPIFUSE_SM80_KIND_SPLITK Kind::kSplitK
 #define EPIFUSE_SM80_KIND_GROUPED Kind::kGrouped
 #define EPIFUSE_SM80_CONFIGS_F16_BF16(name, kind, tile_n) \
-  {"sm80_f16_" #name, DType::kFloat16, kind, tile_n, 8}, {"sm80_bf16_" #name, DType::kBFloat16, kind, tile_n, 8},
-#define EPIFUSE_SM80_CONFIGS_F32_3XTF32(name, kind, tile_n) {"sm80_f32_" #name, DType::kFloat, kind, tile_n, 4},
+  {"sm80_f16_" #name, DType::kFloat16, kind, tile_n, 8, false},                \
+  {"sm80_bf16_" #name, DType::kBFloat16, kind, tile_n, 8, false},
+#define EPIFUSE_SM80_CONFIGS_F32_3XTF32(name, kind, tile_n) {"sm80_f32_" #name, DType::kFloat, kind, tile_n, 4, false},
+#define EPIFUSE_SM80_CONFIGS_F32_TF32(name, kind, tile_n) {"sm80_tf32_" #name, DType::kFloat, kind, tile_n, 4, true},
 #define SM80_CONV(name, kind, dtypes, tile_m, tile_n, tile_k, warp_m, warp_n, warp_k, stages) \
   EPIFUSE_SM80_CONFIGS_##dtypes(name, EPIFUSE_SM80_KIND_##kind, tile_n)
 constexpr Config kConfigs[] = {
@@ -74,6 +77,7 @@ bool few_channels_ok(const ConvProblem& p) { return p.C < kAlign && p.K % kAlign
 bool can_implement(const Config& cfg, const ConvProblem& p, std::string* why) {
   if (p.dtype != cfg.dtype)
     return reject(why, std::string("dtype ") + dtype_name(p.dtype) + " (this kernel is " + dtype_name(cfg.dtype) + ")");
+  if (cfg.tf32 && !p.attr.allow_tf32) return reject(why, "allow_tf32 is 0 (this kernel computes in TF32)");
   if (p.attr.group != 1 && cfg.kind != Kind::kGrouped)
     return reject(why, "group " + std::to_string(p.attr.group) + " (only group 1)");
   if (p.C < 0 || p.K < 0 || p.R < 0 || p.S < 0) return reject(why, "C, K, R and S must be known");

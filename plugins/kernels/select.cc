@@ -183,7 +183,7 @@ std::string problem_key(const ConvProblem& p) {
   s << dtype_name(p.dtype) << " N" << p.N << " H" << p.H << " W" << p.W << " C" << p.C << " K" << p.K << " R" << p.R
     << " S" << p.S << " g" << a.group << " s" << a.stride_h << 'x' << a.stride_w << " d" << a.dil_h << 'x' << a.dil_w
     << " p" << a.pad_top << ',' << a.pad_left << ',' << a.pad_bottom << ',' << a.pad_right << " act"
-    << static_cast<int>(a.activation.kind) << " res" << residual_name(a.residual);
+    << static_cast<int>(a.activation.kind) << " res" << residual_name(a.residual) << (a.allow_tf32 ? " tf32" : "");
   return s.str();
 }
 

@@ -52,6 +52,7 @@ inline epifuse::RawAttributes read_attributes(const Ort::ConstKernelInfo& info) 
   a.activation_params =
       optional_attribute("activation_params", [&] { return info.GetAttributes<float>("activation_params"); });
   a.residual = str("residual");
+  a.allow_tf32 = optional_attribute("allow_tf32", [&] { return info.GetAttribute<int64_t>("allow_tf32"); });
   // plugin_namespace / plugin_version are for TensorRT's parser; nothing to check here.
   return a;
 }

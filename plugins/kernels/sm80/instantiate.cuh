@@ -1,6 +1,6 @@
 // One kernel of kernels.def in one dtype: the body of the translation units CMake generates
 // (sources.cmake). A unit defines EPIFUSE_SM80_NAME (a kernels.def name), EPIFUSE_SM80_DTYPE (f16,
-// bf16 or f32) and, for a SPLITK or GROUPED line, EPIFUSE_SM80_SPLITK_UNIT or EPIFUSE_SM80_GROUPED_UNIT,
+// bf16, f32 or tf32) and, for a SPLITK or GROUPED line, EPIFUSE_SM80_SPLITK_UNIT or EPIFUSE_SM80_GROUPED_UNIT,
 // then includes this file, which turns the line's columns into a FusedConv / SplitKConv / GroupedConv
 // and defines `KernelImpl <dtype>_<name>()` in epifuse::cuda::sm80 (table.cu lists them). Every line of
 // the unit's kind is declared as an alias template (nothing is instantiated until used), so a unit needs
@@ -16,16 +16,21 @@
 #define EPIFUSE_SM80_ELEMENT_f16 cutlass::half_t
 #define EPIFUSE_SM80_ELEMENT_bf16 cutlass::bfloat16_t
 #define EPIFUSE_SM80_ELEMENT_f32 float
-// mma.sync shape, 128-bit access width and math of the element type (fp32: 3xTF32).
+#define EPIFUSE_SM80_ELEMENT_tf32 float
+// mma.sync shape, 128-bit access width and math of the element type (f32: 3xTF32; tf32: float operands
+// rounded to TF32 for one mma.sync, CUTLASS's DefaultMmaTensorOp for float with OpMultiplyAdd).
 #define EPIFUSE_SM80_INST_f16 cutlass::gemm::GemmShape<16, 8, 16>
 #define EPIFUSE_SM80_INST_bf16 cutlass::gemm::GemmShape<16, 8, 16>
 #define EPIFUSE_SM80_INST_f32 cutlass::gemm::GemmShape<16, 8, 8>
+#define EPIFUSE_SM80_INST_tf32 cutlass::gemm::GemmShape<16, 8, 8>
 #define EPIFUSE_SM80_ALIGN_f16 8
 #define EPIFUSE_SM80_ALIGN_bf16 8
 #define EPIFUSE_SM80_ALIGN_f32 4
+#define EPIFUSE_SM80_ALIGN_tf32 4
 #define EPIFUSE_SM80_OP_f16 cutlass::arch::OpMultiplyAdd
 #define EPIFUSE_SM80_OP_bf16 cutlass::arch::OpMultiplyAdd
 #define EPIFUSE_SM80_OP_f32 cutlass::arch::OpMultiplyAddFastF32
+#define EPIFUSE_SM80_OP_tf32 cutlass::arch::OpMultiplyAdd
 
 #define EPIFUSE_SM80_CAT_(a, b) a##b
 #define EPIFUSE_SM80_CAT(a, b) EPIFUSE_SM80_CAT_(a, b)

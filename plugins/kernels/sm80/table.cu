@@ -4,6 +4,7 @@
 
 #define EPIFUSE_SM80_DTYPES_F16_BF16(name, X) EPIFUSE_IF_F16(X(f16_##name)) EPIFUSE_IF_BF16(X(bf16_##name))
 #define EPIFUSE_SM80_DTYPES_F32_3XTF32(name, X) X(f32_##name)
+#define EPIFUSE_SM80_DTYPES_F32_TF32(name, X) X(tf32_##name)
 #define SM80_CONV(name, kind, dtypes, ...) EPIFUSE_SM80_DTYPES_##dtypes(name, EPIFUSE_SM80_EACH)
 
 namespace epifuse::cuda {
