@@ -75,13 +75,13 @@ int main(int argc, char** argv) {
     return fail("creator is not FusedConv/1/epifuse");
 
   // As the ONNX parser forwards them: INTS -> kINT32, STRING -> kCHAR with NUL, FLOATS -> kFLOAT32.
-  const int32_t strides[] = {2, 1}, pads[] = {1, 0, 2, 1}, dilations[] = {1, 2}, group[] = {2};
+  const int32_t strides[] = {2, 1}, pads[] = {1, 0, 2, 1}, dilations[] = {1, 2}, group[] = {2}, tf32[] = {1};
   const float params[] = {0.5f, 3.0f};
   std::vector<PluginField> fields = {
       {"strides", strides, PluginFieldType::kINT32, 2},     {"pads", pads, PluginFieldType::kINT32, 4},
       {"dilations", dilations, PluginFieldType::kINT32, 2}, {"group", group, PluginFieldType::kINT32, 1},
       {"activation", "clip", PluginFieldType::kCHAR, 5},    {"activation_params", params, PluginFieldType::kFLOAT32, 2},
-      {"residual", "pre", PluginFieldType::kCHAR, 4},
+      {"residual", "pre", PluginFieldType::kCHAR, 4},      {"allow_tf32", tf32, PluginFieldType::kINT32, 1},
   };
   PluginFieldCollection fc{static_cast<int32_t>(fields.size()), fields.data()};
   IPluginV3* built = creator->createPlugin("node_a", &fc, TensorRTPhase::kBUILD);
