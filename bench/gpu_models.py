@@ -16,6 +16,10 @@ One optimized model serves every batch size (decided for all of them: a fusion i
 each); `--per-batch` also times a model decided for each batch size alone (`epifuse optimize --batch N`, the
 default being batch 1), from the same measurements.
 
+`--models heldout` is HELDOUT below: 13 architectures from torchvision, timm and models/yolo.py (plain,
+grouped, depthwise, squeeze-excite, dense and shuffle blocks, a detector), to which PyPI-shipped models
+(PP-OCRv4 det from rapidocr) are added as paths: `--models heldout,/path/ch_PP-OCRv4_det_infer.onnx`.
+
 Names are bench/export_models.py's (exported here with random weights and BatchNorm statistics) or
 yolov8n/s/m (built by models/yolo.py); paths are ONNX files, their symbolic height and width set to --size. Needs onnxruntime-gpu and a CUDA
 build of the epifuse library (EPIFUSE_LIB_DIR). The library picks kernels by the registry's heuristic
@@ -34,6 +38,10 @@ import onnx
 from optimizer.compare import compare
 from optimizer.passes.load import load_model
 from optimizer.pipeline import FusionPolicy, optimize_model
+
+
+HELDOUT = ("resnet50,resnext50_32x4d,regnet_y_1_6gf,mobilenet_v3_large,efficientnet_b0,efficientnet_v2_s,"
+           "convnext_tiny,densenet121,mnasnet1_0,shufflenet_v2_x1_0,mixnet_s,cs3darknet_s,yolov8n")
 
 
 def fix_spatial(model: onnx.ModelProto, size: int) -> onnx.ModelProto:
@@ -101,7 +109,7 @@ def main() -> int:
     batches = tuple(int(b) for b in args.batches.split(","))
     cache = args.costs_cache or str(work / "costs.json")
     rows = []
-    for spec in args.models.split(","):
+    for spec in args.models.replace("heldout", HELDOUT).split(","):
         try:
             name, model = original(spec, work, args.size)
         except Exception as e:  # noqa: BLE001 (report and go on with the next model)
