@@ -12,7 +12,8 @@ ms per batch.
 Models are torchvision's when torchvision is importable, exported here with torch.onnx (fp16,
 dynamic batch, opset 17); otherwise the ResNet-50 built by models/resnet50.py. YOLOv8 (n/s/m) is
 built by models/yolo.py (no ultralytics on the GPU machine); its PyTorch module is
-bench/torch_yolo.py with the ONNX model's weights. Models built in fp32 are converted to fp16 by epifuse's
+bench/torch_yolo.py with the ONNX model's weights. A name ending in .onnx is a model file (PP-OCRv4 det
+from rapidocr), its symbolic height and width set to 640, with no PyTorch column. Models built in fp32 are converted to fp16 by epifuse's
 precision pass alone, without fusion, for the ORT baseline. Needs onnxruntime-gpu, torch with CUDA
 and a CUDA build of libepifuse_ort.so (EPIFUSE_LIB_DIR). --compile costs minutes per model and
 batch (max-autotune benchmarks Triton templates for every conv shape).
@@ -234,8 +235,13 @@ def tune(model_bytes, batch, size=224):
 def measure_model(name: str, args, work: Path) -> list[dict]:
     """The table rows of one model, one per batch size."""
     rows = []
-    size = 640 if name.startswith("yolo") else 224
-    if name.startswith("yolov8"):  # built in models/ (no ultralytics here); fp16 by the precision pass alone
+    size = 640 if name.startswith("yolo") or name.endswith(".onnx") else 224
+    if name.endswith(".onnx"):  # a model file (PP-OCRv4 det from rapidocr): symbolic height and width -> 640
+        from gpu_models import fix_spatial
+
+        model, original = None, fix_spatial(onnx.load(name), size)
+        name = Path(name).stem
+    elif name.startswith("yolov8"):  # built in models/ (no ultralytics here); fp16 by the precision pass alone
         from models.yolo import yolov8
 
         scale = name[len("yolov8"):] or "s"
