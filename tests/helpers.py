@@ -58,9 +58,9 @@ def gs_graph(model: onnx.ModelProto) -> gs.Graph:
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "plugins" / "kernels"
 _MANIFEST_COLUMNS = {
-    "SM90_GEMM": ("name", "tu", "tile_m", "tile_n", "tile_k", "schedule", "scheduler", "acts", "residual",
+    "SM90_GEMM": ("name", "tu", "dtypes", "tile_m", "tile_n", "tile_k", "schedule", "scheduler", "acts", "residual",
                   "epilogue_tile", "store_stages", "rows", "prefer"),
-    "SM90_CONV": ("name", "tu", "tile_m", "tile_n", "tile_k", "cluster_m", "schedule", "acts", "prefer"),
+    "SM90_CONV": ("name", "tu", "dtypes", "tile_m", "tile_n", "tile_k", "cluster_m", "schedule", "acts", "prefer"),
     "SM80_CONV": ("name", "kind", "dtypes", "tile_m", "tile_n", "tile_k", "warp_m", "warp_n", "warp_k", "stages"),
 }
 

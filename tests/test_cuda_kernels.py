@@ -182,15 +182,18 @@ def test_grouped_kernels(dtype, residual):
 
 @pytest.mark.parametrize("residual", ["none", "pre", "post"])
 def test_tf32_kernels(residual):
-    """fp32 nodes with allow_tf32: the TF32 kernels (sm80 tf32_*) run, within REL_L2_TF32 of float64 and
-    within twice the error of cuDNN's own TF32 conv (torch, allow_tf32) on the same inputs; the other fp32
-    kernels stay within fp32's bound. Without allow_tf32 no TF32 kernel is offered."""
+    """fp32 nodes with allow_tf32: the TF32 kernels (sm80_tf32_*, and sm90_tf32_* on SM90) run, within
+    REL_L2_TF32 of float64 and within twice the error of cuDNN's own TF32 conv (torch, allow_tf32) on the
+    same inputs; the other fp32 kernels stay within fp32's bound. Without allow_tf32 no TF32 kernel is
+    offered."""
     import torch
     import torch.nn.functional as F
 
     from optimizer import cuda
 
-    built = any(k.startswith("sm80_tf32_") for k in cuda.compiled_kernels())
+    compiled = cuda.compiled_kernels()
+    built = any(k.startswith("sm80_tf32_") for k in compiled)
+    sm90 = torch.cuda.get_device_capability() == (9, 0) and any(k.startswith("sm90_tf32_") for k in compiled)
     for seed, (n, hw, c, k, rs, stride, act) in enumerate([
             (1, 14, 64, 64, 3, 1, "relu"), (8, 28, 128, 256, 1, 1, "silu"), (2, 29, 64, 128, 3, 2, "hardswish"),
             (1, 7, 512, 2048, 1, 1, "identity"), (4, 56, 64, 64, 3, 1, "gelu")]):
@@ -199,6 +202,7 @@ def test_tf32_kernels(residual):
                            residual=residual, seed=seed, allow_tf32=1)
         tf32 = {name: e for name, e in results.items() if "_tf32_" in name}
         assert not built or tf32, results
+        assert not sm90 or any(name.startswith("sm90_tf32_") for name in tf32), results
         strict = _run_all("float32", n, hw, hw, c, k, rs, rs, stride=(stride, stride), pads=pads, act=act,
                           residual=residual, seed=seed)
         assert not any("_tf32_" in name for name in strict)

@@ -17,11 +17,12 @@ from optimizer import registry
 from optimizer.libraries import CUDA_LIBRARY, LibraryNotFound, library_path
 from tests.helpers import kernel_manifest, sm90_manifest
 
-DTYPES = ("f16", "bf16")
+TWINS = {"F16_BF16": ("f16", "bf16"), "F32_3XTF32": ("f32",), "F32_TF32": ("tf32",)}
 
 
 def test_manifest_lines_are_the_registry_sm90_kernels_in_order():
-    manifest = [f"sm90_{dtype}_{e['name']}" for e in sm90_manifest() for dtype in DTYPES]
+    manifest = [f"sm90_{dtype}_{e['name']}" for e in sm90_manifest() for dtype in TWINS[e["dtypes"]]]
+    assert any(n.startswith("sm90_tf32_") for n in manifest)
     for target in ("ort-cuda", "tensorrt"):
         registered = [n for n in registry.registered_kernels(target) if n.startswith("sm90_")]
         assert registered == manifest, target
@@ -29,8 +30,7 @@ def test_manifest_lines_are_the_registry_sm90_kernels_in_order():
 
 
 def test_sm80_manifest_lines_are_the_registry_sm80_kernels_in_order():
-    twins = {"F16_BF16": ("f16", "bf16"), "F32_3XTF32": ("f32",), "F32_TF32": ("tf32",)}
-    manifest = [f"sm80_{dtype}_{e['name']}" for e in kernel_manifest("sm80") for dtype in twins[e["dtypes"]]]
+    manifest = [f"sm80_{dtype}_{e['name']}" for e in kernel_manifest("sm80") for dtype in TWINS[e["dtypes"]]]
     assert len(manifest) > 10
     for target in ("ort-cuda", "tensorrt"):
         assert [n for n in registry.registered_kernels(target) if n.startswith("sm80_")] == manifest, target
@@ -42,6 +42,7 @@ def test_manifest_names_are_unique_and_columns_known():
     assert len(names) == len(set(names)) and len(names) > 10
     for e in entries:
         assert e["acts"] in ("ANY", "RELU", "SILU") and e["tu"] in ("PLAIN", "EXTENDED_MMA", "NO_PDL"), e
+        assert e["dtypes"] in ("F16_BF16", "F32_TF32"), e
         assert e.get("residual", "RESIDUAL") in ("RESIDUAL", "NO_RESIDUAL"), e
         assert re.fullmatch(r"nullptr|prefer_\w+", e["prefer"]), e
     sm80 = kernel_manifest("sm80")

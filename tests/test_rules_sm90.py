@@ -20,9 +20,24 @@ CUDA_TARGETS = ("ort-cuda", "tensorrt")
 # From the manifest (plugins/kernels/sm90/kernels.def), in registry order.
 # GEMM: (name, the one activation besides identity its epilogue carries (None: all 14), residual input)
 # CONV: (name, N tile, the one activation besides identity its epilogue carries (None: all 14))
+# each for the 16-bit twins (F16_BF16 lines) and for fp32 as TF32 (F32_TF32 lines).
 _ACTS = {"ANY": None, "RELU": "relu", "SILU": "silu"}
-GEMM = tuple((e["name"], _ACTS[e["acts"]], e["residual"] == "RESIDUAL") for e in sm90_manifest() if e["kind"] == "GEMM")
-CONV = tuple((e["name"], int(e["tile_n"]), _ACTS[e["acts"]]) for e in sm90_manifest() if e["kind"] == "CONV")
+
+
+def _lines(kind: str, dtypes: str) -> list[dict]:
+    return [e for e in sm90_manifest() if e["kind"] == kind and e["dtypes"] == dtypes]
+
+
+def _gemms(dtypes):
+    return tuple((e["name"], _ACTS[e["acts"]], e["residual"] == "RESIDUAL") for e in _lines("GEMM", dtypes))
+
+
+def _convs(dtypes):
+    return tuple((e["name"], int(e["tile_n"]), _ACTS[e["acts"]]) for e in _lines("CONV", dtypes))
+
+
+GEMM, CONV = _gemms("F16_BF16"), _convs("F16_BF16")
+TF32_GEMM, TF32_CONV = _gemms("F32_TF32"), _convs("F32_TF32")
 DT = {FLOAT16: "f16", BFLOAT16: "bf16"}
 INT32_MAX = 2**31 - 1
 
@@ -44,17 +59,23 @@ def _out(size, pb, pe, dil, k, stride):
 
 def expected(d: ConvDesc) -> list[str]:
     """The SM90 kernels that must accept `d`, best first (a mirror of rules_sm90.cc)."""
-    if d.dtype not in DT or d.group != 1 or min(d.C, d.K, d.R, d.S) < 0 or d.C % 8 or d.K % 8:
+    if d.dtype == FLOAT and d.allow_tf32:  # fp32 only as TF32, for nodes that allow it
+        dt, gemm_lines, conv_lines, size = "tf32", TF32_GEMM, TF32_CONV, 4
+    elif d.dtype in DT:
+        dt, gemm_lines, conv_lines, size = DT[d.dtype], GEMM, CONV, 2
+    else:
+        return []
+    row = 16 // size  # elements per 16-byte row
+    if d.group != 1 or min(d.C, d.K, d.R, d.S) < 0 or d.C % row or d.K % row:
         return []
     if max(d.N, d.H, d.W, d.C, d.K, d.R, d.S) > INT32_MAX:
         return []
-    dt = DT[d.dtype]
     names = []
     pads = (d.pad_top, d.pad_left, d.pad_bottom, d.pad_right)
     known_nhw = min(d.N, d.H, d.W) >= 0
     if (d.R, d.S, d.stride_h, d.stride_w, pads) == (1, 1, 1, 1, (0, 0, 0, 0)) and \
             not (known_nhw and d.N * d.H * d.W > INT32_MAX):
-        names += [f"sm90_{dt}_{g}" for g, act, residual in GEMM if (act is None or d.activation in ("identity", act))
+        names += [f"sm90_{dt}_{g}" for g, act, residual in gemm_lines if (act is None or d.activation in ("identity", act))
                   and (residual or d.residual == "none")]
     ok = max(d.stride_h, d.stride_w) <= 8 and all(0 <= p <= 256 for p in pads)
     ok &= d.pad_top <= 128 and d.pad_left <= 128
@@ -64,8 +85,8 @@ def expected(d: ConvDesc) -> list[str]:
     if known_nhw:
         p = _out(d.H, d.pad_top, d.pad_bottom, d.dil_h, d.R, d.stride_h)
         q = _out(d.W, d.pad_left, d.pad_right, d.dil_w, d.S, d.stride_w)
-        ok &= d.N * p * q <= INT32_MAX and d.H * d.W * d.C * 2 < 2**40 and p * q * d.K * 2 < 2**40
-    for conv, tile_n, act in CONV:
+        ok &= d.N * p * q <= INT32_MAX and d.H * d.W * d.C * size < 2**40 and p * q * d.K * size < 2**40
+    for conv, tile_n, act in conv_lines:
         if ok and -(-d.K // tile_n) <= 65535 and (act is None or d.activation in ("identity", act)):
             names.append(f"sm90_{dt}_{conv}")
     return names
@@ -131,16 +152,24 @@ def test_expected_lists_are_what_the_brief_says():
     for name in ("stem_c3", "depthwise"):
         assert expected(ANCHORS[name]) == []
     assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=FLOAT)) == []
+    tf32 = dataclasses.replace(ANCHORS["r50.s1.1x1up"], dtype=FLOAT, allow_tf32=1)
+    assert expected(tf32) == ["sm90_tf32_gemm1x1_128x128x32_coop", "sm90_tf32_gemm1x1_128x64x32_pingpong",
+                              "sm90_tf32_conv_128x64x32_c1x1_pingpong", "sm90_tf32_conv_128x64x32_c2x1_2cta"]
+    assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=FLOAT, allow_tf32=1)) == [
+        "sm90_tf32_conv_128x64x32_c1x1_pingpong", "sm90_tf32_conv_128x64x32_c2x1_2cta"]
+    # fp32 rows are 16 bytes at 4 channels: C = 12 fits TF32 but not the 16-bit kernels
+    assert len(expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], C=12, dtype=FLOAT, allow_tf32=1))) == 2
+    assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], C=12)) == []
 
 
 @pytest.mark.skipif(not HAVE_NAMES, reason="registry.kernel_names / epifuse_kernel_names not in this build")
 @pytest.mark.parametrize("target", CUDA_TARGETS)
-@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16, FLOAT])
+@pytest.mark.parametrize("dtype,allow_tf32", [(FLOAT16, 0), (BFLOAT16, 0), (FLOAT, 0), (FLOAT, 1)])
 @pytest.mark.parametrize("case", sorted(ANCHORS))
-def test_names(case, dtype, target):
+def test_names(case, dtype, allow_tf32, target):
     """The set the rules accept; the order is the registry's unless a `preferred` rule applies
     (test_untuned_conv_choice_follows_the_measured_winners)."""
-    d = dataclasses.replace(ANCHORS[case], dtype=dtype)
+    d = dataclasses.replace(ANCHORS[case], dtype=dtype, allow_tf32=allow_tf32)
     assert sorted(sm90_names(target, d)) == sorted(expected(d))
 
 
@@ -251,11 +280,11 @@ def _pair(base, ok, bad):
     return dataclasses.replace(base, **ok), dataclasses.replace(base, **bad)
 
 
-@pytest.mark.parametrize("dtype", [FLOAT16, BFLOAT16])
+@pytest.mark.parametrize("dtype,allow_tf32", [(FLOAT16, 0), (BFLOAT16, 0), (FLOAT, 1)])
 @pytest.mark.parametrize("case", sorted(PAIRS) + sorted(PAIRS_1X1))
-def test_limit_pairs(case, dtype):
+def test_limit_pairs(case, dtype, allow_tf32):
     base, (ok, bad) = (BASE, PAIRS[case]) if case in PAIRS else (BASE_1X1, PAIRS_1X1[case])
-    a, b = _pair(dataclasses.replace(base, dtype=dtype), ok, bad)
+    a, b = _pair(dataclasses.replace(base, dtype=dtype, allow_tf32=allow_tf32), ok, bad)
     registry.validate(a)
     registry.validate(b)
     assert len(expected(a)) > len(expected(b))

@@ -4,14 +4,17 @@
 //
 // Sources of each limit (CUTLASS 4.2):
 //  - conv mainloop can_implement (conv/collective/sm90_implicit_gemm_gmma_ss_warpspecialized.hpp):
-//    channel-major tensors with 16-byte rows (C % 8 for 16-bit types), padding in [0, 256] per side,
+//    channel-major tensors with 16-byte rows (C % 8 for 16-bit types, C % 4 for fp32), padding in [0, 256] per side,
 //    TMA im2col corners in [-128, 127] for 2-D (lower = -pad_begin, upper = pad_end - (R-1)*dil),
 //    filter offsets (R-1)*dil in [0, 254], cross-correlation, groups == 1, M = N*P*Q <= INT32_MAX.
-//  - epilogue can_implement: D and C (residual) rows 16-byte aligned: K % 8.
+//  - epilogue can_implement: D and C (residual) rows 16-byte aligned: K % 8 (fp32: K % 4).
 //  - cuTensorMapEncodeIm2col: element (traversal) strides in [1, 8]; global strides < 2^40 bytes.
 //  - ConvProblemShape holds extents in int32; the grid's y dimension counts K tiles (<= 65535).
 //  - GEMM (1x1) kernels: GemmUniversal's int problem shape (M = N*H*W, N = K, K = C), A/B rows of
-//    C elements and C/D rows of K elements 16-byte aligned (C % 8, K % 8).
+//    C elements and C/D rows of K elements 16-byte aligned (C % 8, K % 8; fp32 C % 4, K % 4).
+//  - TF32 (float operands, sm90_gmma_builder.inl maps them to tfloat32_t WGMMA): K-major A and B,
+//    which NHWC activations and KRSC filters are; computes below fp32 accuracy, so only for nodes
+//    with allow_tf32.
 // sm_90a code runs only on sm_90 (H100/H200), so min_sm = max_sm = 90.
 #include <cstdint>
 #include <initializer_list>
@@ -26,18 +29,25 @@ namespace {
 constexpr int kSm = 90;
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kTmaStrideLimit = int64_t(1) << 40;  // bytes
-constexpr int64_t kElementBytes = 2;                   // fp16 / bf16
 
-// What every SM90 kernel needs: its dtype, group 1, 16-byte aligned C and K rows, int32 extents.
+int64_t element_bytes(DType dtype) { return dtype == DType::kFloat ? 4 : 2; }
+
+// What every SM90 kernel needs: its dtype (float only as TF32, for nodes that allow it), group 1,
+// 16-byte aligned C and K rows, int32 extents.
 bool common_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
   if (p.dtype != dtype)
     return reject(why, std::string("dtype ") + dtype_name(p.dtype) + " (kernel is " + dtype_name(dtype) + ")");
+  if (dtype == DType::kFloat && !p.attr.allow_tf32)
+    return reject(why, "allow_tf32 is 0 (this kernel computes in TF32)");
   if (p.attr.group != 1) return reject(why, "group " + std::to_string(p.attr.group) + " (needs 1)");
   if (!known(p.C) || !known(p.K) || !known(p.R) || !known(p.S)) return reject(why, "C, K, R and S must be known");
-  if (p.C % 8 != 0)
-    return reject(why, "C = " + std::to_string(p.C) + " not a multiple of 8 (TMA needs 16-byte rows)");
-  if (p.K % 8 != 0)
-    return reject(why, "K = " + std::to_string(p.K) + " not a multiple of 8 (TMA store needs 16-byte rows)");
+  const int64_t row = 16 / element_bytes(dtype);  // elements per 16 bytes
+  if (p.C % row != 0)
+    return reject(why, "C = " + std::to_string(p.C) + " not a multiple of " + std::to_string(row) +
+                           " (TMA needs 16-byte rows)");
+  if (p.K % row != 0)
+    return reject(why, "K = " + std::to_string(p.K) + " not a multiple of " + std::to_string(row) +
+                           " (TMA store needs 16-byte rows)");
   for (int64_t v : {p.N, p.H, p.W, p.C, p.K, p.R, p.S})
     if (v > kInt32Max) return reject(why, "an extent exceeds INT32_MAX");
   return true;
@@ -84,11 +94,12 @@ bool conv_can_implement(const ConvProblem& p, DType dtype, std::string* why) {
   const int64_t P = p.P(), Q = p.Q();
   if (known(p.N) && known(P) && known(Q) && saturating_product({p.N, P, Q}) > kInt32Max)
     return reject(why, "N*P*Q exceeds INT32_MAX");
-  if (known(p.H) && known(p.W) && known(p.C) && saturating_product({p.H, p.W, p.C, kElementBytes}) >= kTmaStrideLimit)
+  const int64_t bytes = element_bytes(dtype);
+  if (known(p.H) && known(p.W) && known(p.C) && saturating_product({p.H, p.W, p.C, bytes}) >= kTmaStrideLimit)
     return reject(why, "H*W*C too large for a TMA stride");
-  if (known(P) && known(Q) && known(p.K) && saturating_product({P, Q, p.K, kElementBytes}) >= kTmaStrideLimit)
+  if (known(P) && known(Q) && known(p.K) && saturating_product({P, Q, p.K, bytes}) >= kTmaStrideLimit)
     return reject(why, "P*Q*K too large for a TMA stride");
-  if (saturating_product({p.R, p.S, p.C, kElementBytes}) >= kTmaStrideLimit)
+  if (saturating_product({p.R, p.S, p.C, bytes}) >= kTmaStrideLimit)
     return reject(why, "R*S*C too large for a TMA stride");
   if ((p.K + kTileN - 1) / kTileN > 65535) return reject(why, "K too large (grid y > 65535)");
   return true;
@@ -137,22 +148,27 @@ bool conv_rule(const ConvProblem& p, std::string* why) {
 
 std::vector<KernelDescriptor> sm90_kernel_rules() {
   std::vector<KernelDescriptor> rules;
-#define SM90_GEMM(name, tu, tile_m, tile_n, tile_k, schedule, scheduler, acts, residual, epi, store_stages, rows, \
-                  prefer)                                                                                       \
-  rules.push_back({"sm90_f16_" #name, cuda_targets(),                                                            \
-                   gemm_rule<DType::kFloat16, EPIFUSE_SM90_ACTS_##acts, EPIFUSE_SM90_RESIDUAL_##residual>, kSm, kSm, \
-                   prefer});                                                                                     \
-  rules.push_back({"sm90_bf16_" #name, cuda_targets(),                                                           \
-                   gemm_rule<DType::kBFloat16, EPIFUSE_SM90_ACTS_##acts, EPIFUSE_SM90_RESIDUAL_##residual>, kSm, kSm, \
-                   prefer});
-#define SM90_CONV(name, tu, tile_m, tile_n, tile_k, cluster_m, schedule, acts, prefer)                          \
-  rules.push_back({"sm90_f16_" #name, cuda_targets(), conv_rule<DType::kFloat16, tile_n, EPIFUSE_SM90_ACTS_##acts>, \
-                   kSm, kSm, prefer});                                                                           \
-  rules.push_back({"sm90_bf16_" #name, cuda_targets(), conv_rule<DType::kBFloat16, tile_n, EPIFUSE_SM90_ACTS_##acts>, \
-                   kSm, kSm, prefer});
+// A line's kernels, one per dtype: the 16-bit twins (whichever the build compiled: the manifest test
+// compares the build with these) or tf32; RULE is the line's rule template, ARGS its columns after the
+// dtype.
+#define EPIFUSE_SM90_RULES_F16_BF16(name, RULE, ARGS, prefer)                                       \
+  rules.push_back({"sm90_f16_" #name, cuda_targets(), RULE<DType::kFloat16, ARGS>, kSm, kSm, prefer}); \
+  rules.push_back({"sm90_bf16_" #name, cuda_targets(), RULE<DType::kBFloat16, ARGS>, kSm, kSm, prefer});
+#define EPIFUSE_SM90_RULES_F32_TF32(name, RULE, ARGS, prefer) \
+  rules.push_back({"sm90_tf32_" #name, cuda_targets(), RULE<DType::kFloat, ARGS>, kSm, kSm, prefer});
+#define EPIFUSE_SM90_ARGS(...) __VA_ARGS__
+#define SM90_GEMM(name, tu, dtypes, tile_m, tile_n, tile_k, schedule, scheduler, acts, residual, epi, store_stages, \
+                  rows, prefer)                                                                                 \
+  EPIFUSE_SM90_RULES_##dtypes(name, gemm_rule,                                                                  \
+                              EPIFUSE_SM90_ARGS(EPIFUSE_SM90_ACTS_##acts, EPIFUSE_SM90_RESIDUAL_##residual), prefer)
+#define SM90_CONV(name, tu, dtypes, tile_m, tile_n, tile_k, cluster_m, schedule, acts, prefer) \
+  EPIFUSE_SM90_RULES_##dtypes(name, conv_rule, EPIFUSE_SM90_ARGS(tile_n, EPIFUSE_SM90_ACTS_##acts), prefer)
 #include "../kernels/sm90/kernels.def"
 #undef SM90_GEMM
 #undef SM90_CONV
+#undef EPIFUSE_SM90_ARGS
+#undef EPIFUSE_SM90_RULES_F16_BF16
+#undef EPIFUSE_SM90_RULES_F32_TF32
   return rules;
 }
 

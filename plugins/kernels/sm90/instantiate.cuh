@@ -1,6 +1,6 @@
 // One kernel of kernels.def in one dtype: the body of the translation units CMake generates
-// (sources.cmake). A unit defines EPIFUSE_SM90_NAME (a kernels.def name), EPIFUSE_SM90_DTYPE (f16 or
-// bf16) and EPIFUSE_SM90_GEMM_UNIT or EPIFUSE_SM90_CONV_UNIT, then includes this file, which turns
+// (sources.cmake). A unit defines EPIFUSE_SM90_NAME (a kernels.def name), EPIFUSE_SM90_DTYPE (f16,
+// bf16 or tf32) and EPIFUSE_SM90_GEMM_UNIT or EPIFUSE_SM90_CONV_UNIT, then includes this file, which turns
 // the entry's columns into a GemmConfig / ConvConfig and defines `KernelImpl sm90_<dtype>_<name>()`.
 // Every entry of the kind is declared as a type (cheap: nothing is instantiated until used), so a
 // unit needs no parsing of its own.
@@ -26,10 +26,11 @@
 #define EPIFUSE_SM90_ROWS_CHANNEL_ROWS true
 #define EPIFUSE_SM90_DTYPE_f16 DType::kFloat16
 #define EPIFUSE_SM90_DTYPE_bf16 DType::kBFloat16
+#define EPIFUSE_SM90_DTYPE_tf32 DType::kFloat
 
 #if defined(EPIFUSE_SM90_GEMM_UNIT)
-#define SM90_GEMM(name, tu, tile_m, tile_n, tile_k, schedule, scheduler, acts, residual, epi, store_stages, rows, \
-                  prefer)                                                                                       \
+#define SM90_GEMM(name, tu, dtypes, tile_m, tile_n, tile_k, schedule, scheduler, acts, residual, epi, store_stages, \
+                  rows, prefer)                                                                                 \
   struct name##_entry {                                                                                         \
     template <DType kDType>                                                                                     \
     using Config = sm90::GemmConfig<kDType, cute::Shape<cute::Int<tile_m>, cute::Int<tile_n>, cute::Int<tile_k>>, \
@@ -41,7 +42,7 @@
 #define SM90_CONV(...)
 #else
 #define SM90_GEMM(...)
-#define SM90_CONV(name, tu, tile_m, tile_n, tile_k, cluster_m, schedule, acts, prefer)                          \
+#define SM90_CONV(name, tu, dtypes, tile_m, tile_n, tile_k, cluster_m, schedule, acts, prefer)                  \
   struct name##_entry {                                                                                         \
     template <DType kDType>                                                                                     \
     using Config = sm90::ConvConfig<kDType,                                                                     \

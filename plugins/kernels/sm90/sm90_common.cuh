@@ -46,10 +46,21 @@ template <>
 struct ElementOf<DType::kBFloat16> {
   using type = cutlass::bfloat16_t;
 };
+// fp32 tensors: CUTLASS's SM90 builders run float operands as TF32 WGMMA (the F32_TF32 lines).
+template <>
+struct ElementOf<DType::kFloat> {
+  using type = float;
+};
 
 using ElementAcc = float;
 using ElementCompute = float;
-constexpr int kAlign16 = 8;  // 16-bit elements per 16 bytes: TMA rows and the bias vector load
+// Elements per 16 bytes: TMA rows and the bias vector load.
+template <class Element>
+constexpr int kAlign16 = 16 / static_cast<int>(sizeof(Element));
+// fp32 outputs get the accurate activations of activation.h; 16-bit outputs the approximate ones
+// (fast:: below), whose error their rounding hides.
+template <class Element>
+constexpr bool kFastActivations = sizeof(Element) == 2;
 
 // ------------------------------------------------------------------------------------------------
 // Device activations for the epilogue, with the contract's formulas (activation.h) but the
@@ -114,6 +125,34 @@ CUTLASS_DEVICE auto activation(act::Runtime const& a) {
 }
 }  // namespace fast
 
+// activation.h's functors (expf, IEEE tanh, erff): for fp32 outputs.
+namespace accurate {
+template <ActivationKind K>
+CUTLASS_DEVICE auto activation(act::Runtime const& a) {
+  if constexpr (K == ActivationKind::kIdentity) return act::Identity{};
+  else if constexpr (K == ActivationKind::kRelu) return act::Relu{};
+  else if constexpr (K == ActivationKind::kLeakyRelu) return act::LeakyRelu{a.p0};
+  else if constexpr (K == ActivationKind::kClip) return act::Clip{a.p0, a.p1};
+  else if constexpr (K == ActivationKind::kSigmoid) return act::Sigmoid{};
+  else if constexpr (K == ActivationKind::kTanh) return act::Tanh{};
+  else if constexpr (K == ActivationKind::kSilu) return act::Silu{};
+  else if constexpr (K == ActivationKind::kHardSigmoid) return act::HardSigmoid{a.p0, a.p1};
+  else if constexpr (K == ActivationKind::kHardSwish) return act::HardSwish{};
+  else if constexpr (K == ActivationKind::kGelu) return act::Gelu{};
+  else if constexpr (K == ActivationKind::kGeluTanh) return act::GeluTanh{};
+  else if constexpr (K == ActivationKind::kMish) return act::Mish{};
+  else if constexpr (K == ActivationKind::kElu) return act::Elu{a.p0};
+  else return act::Softplus{};
+}
+}  // namespace accurate
+
+// The functor of kind K: approximate (kFast, 16-bit outputs) or accurate.
+template <ActivationKind K, bool kFast>
+CUTLASS_DEVICE auto activation(act::Runtime const& a) {
+  if constexpr (kFast) return fast::activation<K>(a);
+  else return accurate::activation<K>(a);
+}
+
 // Which activations an instantiation's epilogue carries. AnyActivation: all 14, chosen at run time,
 // one switch per fragment, so one kernel serves every node. Its code costs registers (168 in the
 // 128x64 conv); a SiLU-only policy measured 124, but __launch_bounds__(256, 2) fits this one in 128
@@ -122,23 +161,23 @@ CUTLASS_DEVICE auto activation(act::Runtime const& a) {
 struct AnyActivation {
   static constexpr bool contains(ActivationKind) { return true; }
 
-  template <class F>
+  template <bool kFast, class F>
   CUTLASS_DEVICE static auto dispatch(act::Runtime const& a, F&& f) {
     switch (a.kind) {
-      case ActivationKind::kIdentity: return f(fast::activation<ActivationKind::kIdentity>(a));
-      case ActivationKind::kRelu: return f(fast::activation<ActivationKind::kRelu>(a));
-      case ActivationKind::kLeakyRelu: return f(fast::activation<ActivationKind::kLeakyRelu>(a));
-      case ActivationKind::kClip: return f(fast::activation<ActivationKind::kClip>(a));
-      case ActivationKind::kSigmoid: return f(fast::activation<ActivationKind::kSigmoid>(a));
-      case ActivationKind::kTanh: return f(fast::activation<ActivationKind::kTanh>(a));
-      case ActivationKind::kSilu: return f(fast::activation<ActivationKind::kSilu>(a));
-      case ActivationKind::kHardSigmoid: return f(fast::activation<ActivationKind::kHardSigmoid>(a));
-      case ActivationKind::kHardSwish: return f(fast::activation<ActivationKind::kHardSwish>(a));
-      case ActivationKind::kGelu: return f(fast::activation<ActivationKind::kGelu>(a));
-      case ActivationKind::kGeluTanh: return f(fast::activation<ActivationKind::kGeluTanh>(a));
-      case ActivationKind::kMish: return f(fast::activation<ActivationKind::kMish>(a));
-      case ActivationKind::kElu: return f(fast::activation<ActivationKind::kElu>(a));
-      case ActivationKind::kSoftplus: return f(fast::activation<ActivationKind::kSoftplus>(a));
+      case ActivationKind::kIdentity: return f(activation<ActivationKind::kIdentity, kFast>(a));
+      case ActivationKind::kRelu: return f(activation<ActivationKind::kRelu, kFast>(a));
+      case ActivationKind::kLeakyRelu: return f(activation<ActivationKind::kLeakyRelu, kFast>(a));
+      case ActivationKind::kClip: return f(activation<ActivationKind::kClip, kFast>(a));
+      case ActivationKind::kSigmoid: return f(activation<ActivationKind::kSigmoid, kFast>(a));
+      case ActivationKind::kTanh: return f(activation<ActivationKind::kTanh, kFast>(a));
+      case ActivationKind::kSilu: return f(activation<ActivationKind::kSilu, kFast>(a));
+      case ActivationKind::kHardSigmoid: return f(activation<ActivationKind::kHardSigmoid, kFast>(a));
+      case ActivationKind::kHardSwish: return f(activation<ActivationKind::kHardSwish, kFast>(a));
+      case ActivationKind::kGelu: return f(activation<ActivationKind::kGelu, kFast>(a));
+      case ActivationKind::kGeluTanh: return f(activation<ActivationKind::kGeluTanh, kFast>(a));
+      case ActivationKind::kMish: return f(activation<ActivationKind::kMish, kFast>(a));
+      case ActivationKind::kElu: return f(activation<ActivationKind::kElu, kFast>(a));
+      case ActivationKind::kSoftplus: return f(activation<ActivationKind::kSoftplus, kFast>(a));
     }
     return f(act::Identity{});
   }
@@ -153,19 +192,19 @@ template <ActivationKind... Kinds>
 struct ActivationSet {
   static constexpr bool contains(ActivationKind k) { return ((k == Kinds) || ...); }
 
-  template <class F>
+  template <bool kFast, class F>
   CUTLASS_DEVICE static auto dispatch(act::Runtime const& a, F&& f) {
-    return pick<Kinds...>(a, f);
+    return pick<kFast, Kinds...>(a, f);
   }
 
  private:
-  template <ActivationKind First, ActivationKind... Rest, class F>
+  template <bool kFast, ActivationKind First, ActivationKind... Rest, class F>
   CUTLASS_DEVICE static auto pick(act::Runtime const& a, F& f) {
     if constexpr (sizeof...(Rest) == 0) {
-      return f(fast::activation<First>(a));
+      return f(activation<First, kFast>(a));
     } else {
-      if (a.kind == First) return f(fast::activation<First>(a));
-      return pick<Rest...>(a, f);
+      if (a.kind == First) return f(activation<First, kFast>(a));
+      return pick<kFast, Rest...>(a, f);
     }
   }
 };
@@ -174,7 +213,7 @@ struct ActivationSet {
 // The compute node's functor. Sm90Compute takes `ComputeFn<ElementCompute>::Arguments` as the
 // node's runtime arguments and calls `ComputeFn<Array<ElementCompute, N>>{}(inputs..., args)`
 // (sm90_visitor_compute_tma_warpspecialized.hpp), so both carry the same Arguments type.
-template <class T, class Acts>
+template <class T, class Acts, bool kFast>
 struct FusedEpilogueFn {
   using Arguments = Epilogue;
   CUTLASS_DEVICE T operator()(T const& acc, T const& bias, T const& z, Arguments const& e) const {
@@ -185,14 +224,14 @@ struct FusedEpilogueFn {
 // The activation and residual switches are taken once per fragment, not per element: each
 // (activation, residual) pair gets its own straight-line loop (a per-element switch made the
 // epilogue several times slower on the H200).
-template <int N, class Acts>
-struct FusedEpilogueFn<cutlass::Array<float, N>, Acts> {
+template <int N, class Acts, bool kFast>
+struct FusedEpilogueFn<cutlass::Array<float, N>, Acts, kFast> {
   using Arguments = Epilogue;
   using Frag = cutlass::Array<float, N>;
 
   CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& bias, Frag const& z, Arguments const& e) const {
     const Residual residual = e.residual;
-    return Acts::dispatch(e.activation, [&](auto act) {
+    return Acts::template dispatch<kFast>(e.activation, [&](auto act) {
       Frag out;
       // z holds whatever the registers hold when no residual is loaded; it is never read then.
       if (residual == Residual::kNone) {
@@ -210,10 +249,10 @@ struct FusedEpilogueFn<cutlass::Array<float, N>, Acts> {
   }
 };
 
-template <class Acts>
+template <class Acts, bool kFast>
 struct EpilogueFnOf {
   template <class T>
-  using Fn = FusedEpilogueFn<T, Acts>;
+  using Fn = FusedEpilogueFn<T, Acts, kFast>;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -263,14 +302,15 @@ template <class CtaTile, class ElementOut, bool kChannelRows = false>
 using BiasBroadcast = std::conditional_t<
     kChannelRows,
     cutlass::epilogue::fusion::Sm90ColBroadcast<0, CtaTile, ElementOut, ElementCompute,
-                                                cute::Stride<cute::_1, cute::_0, int64_t>, kAlign16>,
+                                                cute::Stride<cute::_1, cute::_0, int64_t>, kAlign16<ElementOut>>,
     cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTile, ElementOut, ElementCompute,
-                                                cute::Stride<cute::_0, cute::_1, int64_t>, kAlign16>>;
+                                                cute::Stride<cute::_0, cute::_1, int64_t>, kAlign16<ElementOut>>>;
 
 // The FusedConv EVT for a CTA tile.
 template <class CtaTile, class ElementOut, class Acts, bool kChannelRows = false>
 using FusedEvt = cutlass::epilogue::fusion::Sm90EVT<
-    cutlass::epilogue::fusion::Sm90Compute<EpilogueFnOf<Acts>::template Fn, ElementOut, ElementCompute,
+    cutlass::epilogue::fusion::Sm90Compute<EpilogueFnOf<Acts, kFastActivations<ElementOut>>::template Fn, ElementOut,
+                                           ElementCompute,
                                            cutlass::FloatRoundStyle::round_to_nearest>,
     cutlass::epilogue::fusion::Sm90AccFetch, BiasBroadcast<CtaTile, ElementOut, kChannelRows>,
     ResidualFetch<ElementOut>>;
@@ -278,17 +318,17 @@ using FusedEvt = cutlass::epilogue::fusion::Sm90EVT<
 // The tree without the residual: D = act(acc + bias[k]). With it the epilogue has no C operand
 // (ElementC = void), so CUTLASS allocates no C buffers and delays each TMA store by one sub-tile
 // (DelayTmaStore), overlapping it with the next sub-tile's math: for the memory-bound 1x1 GEMMs.
-template <class T, class Acts>
+template <class T, class Acts, bool kFast>
 struct BiasActFn {
   using Arguments = Epilogue;
   CUTLASS_DEVICE T operator()(T const& acc, T const& bias, Arguments const& e) const { return e(acc, bias, 0.f); }
 };
-template <int N, class Acts>
-struct BiasActFn<cutlass::Array<float, N>, Acts> {
+template <int N, class Acts, bool kFast>
+struct BiasActFn<cutlass::Array<float, N>, Acts, kFast> {
   using Arguments = Epilogue;
   using Frag = cutlass::Array<float, N>;
   CUTLASS_DEVICE Frag operator()(Frag const& acc, Frag const& bias, Arguments const& e) const {
-    return Acts::dispatch(e.activation, [&](auto act) {
+    return Acts::template dispatch<kFast>(e.activation, [&](auto act) {
       Frag out;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < N; ++i) out[i] = act(acc[i] + bias[i]);
@@ -296,14 +336,15 @@ struct BiasActFn<cutlass::Array<float, N>, Acts> {
     });
   }
 };
-template <class Acts>
+template <class Acts, bool kFast>
 struct BiasActFnOf {
   template <class T>
-  using Fn = BiasActFn<T, Acts>;
+  using Fn = BiasActFn<T, Acts, kFast>;
 };
 template <class CtaTile, class ElementOut, class Acts, bool kChannelRows = false>
 using BiasActEvt = cutlass::epilogue::fusion::Sm90EVT<
-    cutlass::epilogue::fusion::Sm90Compute<BiasActFnOf<Acts>::template Fn, ElementOut, ElementCompute,
+    cutlass::epilogue::fusion::Sm90Compute<BiasActFnOf<Acts, kFastActivations<ElementOut>>::template Fn, ElementOut,
+                                           ElementCompute,
                                            cutlass::FloatRoundStyle::round_to_nearest>,
     cutlass::epilogue::fusion::Sm90AccFetch, BiasBroadcast<CtaTile, ElementOut, kChannelRows>>;
 template <class Evt, class ElementOut>

@@ -33,8 +33,8 @@ struct ConvConfig {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementCompute,
-      Element, Layout, kAlign16,   // C = residual Z
-      Element, Layout, kAlign16,   // D = Y
+      Element, Layout, kAlign16<Element>,   // C = residual Z
+      Element, Layout, kAlign16<Element>,   // D = Y
       cutlass::epilogue::TmaWarpSpecialized, FusedEvt<Tile, Element, Acts>>::CollectiveOp;
 
   static constexpr int kEpilogueSmem = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
@@ -51,7 +51,7 @@ struct ConvConfig {
 
   using Mainloop = typename cutlass::conv::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
-      Element, Layout, kAlign16, Element, Layout, kAlign16, ElementAcc, Tile, Cluster, StageCount,
+      Element, Layout, kAlign16<Element>, Element, Layout, kAlign16<Element>, ElementAcc, Tile, Cluster, StageCount,
       cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
 
   using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop,

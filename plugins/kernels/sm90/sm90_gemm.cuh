@@ -71,7 +71,8 @@ struct GemmConfig {
   struct BuiltEpilogue {
     using type = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, EpiTile, ElementAcc, ElementCompute,
-        ElementC, LayoutC, kAlign16, Element, LayoutC, kAlign16, typename Schedule::Epilogue, Evt>::CollectiveOp;
+        ElementC, LayoutC, kAlign16<Element>, Element, LayoutC, kAlign16<Element>, typename Schedule::Epilogue,
+        Evt>::CollectiveOp;
   };
   struct StagedEpilogue {
     static constexpr int kThreads = std::is_same_v<Schedule, Cooperative> ? 256 : 128;
@@ -79,14 +80,14 @@ struct GemmConfig {
                                                              int(cute::size(EpiTile{})) / kThreads,
                                                              /*ReuseSmemC=*/false, /*DelayTmaStore=*/!kResidual>;
     using type = typename cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<
-        Tile, EpiTile, ElementAcc, ElementCompute, ElementC, LayoutC, kAlign16, Element, LayoutC, kAlign16, Evt,
-        Policy>::CollectiveOp;
+        Tile, EpiTile, ElementAcc, ElementCompute, ElementC, LayoutC, kAlign16<Element>, Element, LayoutC,
+        kAlign16<Element>, Evt, Policy>::CollectiveOp;
   };
   using Epilogue = typename std::conditional_t<kStoreStages == 0, BuiltEpilogue, StagedEpilogue>::type;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      Element, LayoutA, kAlign16, Element, LayoutB, kAlign16, ElementAcc, Tile, Cluster,
+      Element, LayoutA, kAlign16<Element>, Element, LayoutB, kAlign16<Element>, ElementAcc, Tile, Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::Mainloop>::CollectiveOp;

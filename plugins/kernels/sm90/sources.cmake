@@ -1,16 +1,16 @@
 # CUTLASS 3.x SM90 kernels (TMA + WGMMA). Included from plugins/kernels/CMakeLists.txt after
 # `has_sm90a` is set. They exist only as sm_90a code (arch-specific wgmma/setmaxnreg; a plain sm_90
 # build compiles them to stubs), so they get their own compile options with just that target,
-# whatever else EPIFUSE_CUDA_ARCHS lists. kernels.def lists the configurations; each one in each
-# dtype of EPIFUSE_CUDA_DTYPES becomes a generated translation unit (~55 s each), so the build
-# parallelises.
+# whatever else EPIFUSE_CUDA_ARCHS lists. kernels.def lists the configurations; each one in each of its
+# dtypes (for the 16-bit lines, those of EPIFUSE_CUDA_DTYPES) becomes a generated translation unit
+# (~55 s each), so the build parallelises.
 if(has_sm90a)
   set(sm90_dir ${CMAKE_CURRENT_LIST_DIR})
   set(sm90_units "")
   epifuse_manifest_lines(sm90_entries ${sm90_dir}/kernels.def "^SM90_(GEMM|CONV)\\(")
   foreach(entry ${sm90_entries})
-    if(NOT entry MATCHES "^SM90_(GEMM|CONV)\\(([a-z0-9_]+), *(PLAIN|EXTENDED_MMA|NO_PDL),")
-      message(FATAL_ERROR "kernels.def: cannot read the name and unit option of: ${entry}")
+    if(NOT entry MATCHES "^SM90_(GEMM|CONV)\\(([a-z0-9_]+), *(PLAIN|EXTENDED_MMA|NO_PDL), *(F16_BF16|F32_TF32),")
+      message(FATAL_ERROR "kernels.def: cannot read the name, unit option and dtypes of: ${entry}")
     endif()
     set(kind ${CMAKE_MATCH_1})
     set(name ${CMAKE_MATCH_2})
@@ -20,7 +20,11 @@ if(has_sm90a)
     elseif(CMAKE_MATCH_3 STREQUAL "NO_PDL")
       set(prelude "#undef CUTLASS_ENABLE_GDC_FOR_SM90\n")
     endif()
-    foreach(dtype ${EPIFUSE_CUDA_DTYPES})
+    set(dtypes ${EPIFUSE_CUDA_DTYPES})
+    if(CMAKE_MATCH_4 STREQUAL "F32_TF32")
+      set(dtypes tf32)
+    endif()
+    foreach(dtype ${dtypes})
       epifuse_generated_unit(sm90_units ${CMAKE_CURRENT_BINARY_DIR}/sm90/${name}_${dtype}.cu sm90_${dtype}_${name}
           "${prelude}#define EPIFUSE_SM90_${kind}_UNIT\n#define EPIFUSE_SM90_NAME ${name}\n#define EPIFUSE_SM90_DTYPE ${dtype}\n#include \"instantiate.cuh\"\n")
     endforeach()
