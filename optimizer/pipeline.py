@@ -243,6 +243,15 @@ def _near_misses(report: Report) -> set[str]:
             and all(o <= NEAR_MISS * r for o, r in zip(d.ours_us, d.runtime_us))}
 
 
+def _candidate(name: str, names: set[str]) -> str:
+    """A Gemm's or a pool's decision is named after the node where it stays unfused and after the conv it
+    becomes where it fuses (fc_as_conv, pool_as_conv): the name of the node for both."""
+    for suffix in ("_conv", "_depthwise"):
+        if name.endswith(suffix) and name[: -len(suffix)] in names:
+            return name[: -len(suffix)]
+    return name
+
+
 def _with_near_misses(check, original_model, optimized, target: str, precision: str, policy: FusionPolicy,
                       report: Report, batches: list[int], kernel_query=None):
     """The checked model, or the same with the near misses fused where that model runs faster than it
@@ -251,16 +260,20 @@ def _with_near_misses(check, original_model, optimized, target: str, precision: 
     misses = _near_misses(report)
     if not misses:
         return optimized
+    names = {d.node for d in report.decisions}
     wanted = {d.node for d in report.decisions if d.fused} | misses
-    variant, variant_report = optimize_model(
-        original_model(), target=target, precision=precision, kernel_query=kernel_query,
-        policy=replace(policy, mode="always", exclude=frozenset({d.node for d in report.decisions} - wanted),
-                       measure_budget_s=0.0, model_check=False, export_costs=None))
-    if {d.node for d in variant_report.decisions if d.fused} != wanted:
-        return optimized  # a kernel missing, or a candidate the decisions never saw: not this variant
     what = f"with {len(misses)} near miss{'es' if len(misses) > 1 else ''} fused"
     gains = []
     try:
+        variant, variant_report = optimize_model(
+            original_model(), target=target, precision=precision, kernel_query=kernel_query,
+            policy=replace(policy, mode="always", exclude=frozenset(names - wanted), measure_budget_s=0.0,
+                           model_check=False, export_costs=None))
+        fused = {_candidate(d.node, names) for d in variant_report.decisions if d.fused}
+        if fused != {_candidate(n, names) for n in wanted}:  # a kernel missing, an overlap: not this variant
+            report.notes.append(f"whole-model check: the model {what} not tried (it would fuse "
+                                f"{len(fused)} candidates, not the {len(wanted)} wanted)")
+            return optimized
         for batch in batches:
             r = check(optimized, variant, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS)
             report.notes.append(f"whole-model check, the model {what} against it, batch {r['batch']}: "
@@ -268,8 +281,9 @@ def _with_near_misses(check, original_model, optimized, target: str, precision: 
             gains.append(r["speedup"])
             if r["speedup_q1"] < 1.0 or r["speedup"] < MODEL_CHECK_GAIN:
                 return optimized
-    except Exception as e:  # noqa: BLE001 (a session refused: the checked model stands)
-        report.notes.append(f"whole-model check of the model {what} not run: {type(e).__name__}")
+    except Exception as e:  # noqa: BLE001 (a session refused, a variant failed: the checked model stands)
+        report.notes.append(f"whole-model check of the model {what} not run: {type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:200] if str(e) else ''}")
         return optimized
     for d in report.decisions:
         if d.node in misses:
@@ -333,7 +347,9 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
         # largest data first, and first of all those fused unmeasured (static policy): the first dropped
         fused = sorted((d for d in report.decisions if d.fused), key=lambda d: -(d.elements or float("inf")))
         verdict = slower_at(optimized, f"the model with all {len(fused)} fusions")
-        if not verdict:
+        if verdict is None:  # the check could not run: the measured decisions stand
+            return optimized
+        if verdict == "":
             return _with_near_misses(check, original_model, optimized, target, precision, policy, report,
                                      batches, kernel_query)
         tried = {len(fused)}

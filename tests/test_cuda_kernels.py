@@ -196,7 +196,8 @@ def test_tf32_kernels(residual):
     sm90 = torch.cuda.get_device_capability() == (9, 0) and any(k.startswith("sm90_tf32_") for k in compiled)
     for seed, (n, hw, c, k, rs, stride, act) in enumerate([
             (1, 14, 64, 64, 3, 1, "relu"), (8, 28, 128, 256, 1, 1, "silu"), (2, 29, 64, 128, 3, 2, "hardswish"),
-            (1, 7, 512, 2048, 1, 1, "identity"), (4, 56, 64, 64, 3, 1, "gelu")]):
+            (1, 7, 512, 2048, 1, 1, "identity"), (4, 56, 64, 64, 3, 1, "gelu"),
+            (2, 10, 12, 20, 3, 1, "relu")]):  # fp32 rows of 16 bytes at 4 channels: C, K not multiples of 8
         pads = (rs // 2,) * 4
         results = _run_all("float32", n, hw, hw, c, k, rs, rs, stride=(stride, stride), pads=pads, act=act,
                            residual=residual, seed=seed, allow_tf32=1)

@@ -481,6 +481,33 @@ def test_a_near_miss_fuses_where_the_whole_model_with_it_runs_faster(tmp_path, w
                                rtol=1e-4, atol=1e-5)
 
 
+def test_a_classifier_gemm_and_pool_as_near_misses_are_tried_under_their_conv_names(tmp_path):
+    """The Gemm and the pool are decided under their own names where they stay unfused and under the
+    conv they become where they fuse: the variant with them fused is still the one asked for."""
+    def build(g, x):
+        pooled = g.op("Flatten", [g.op("GlobalAveragePool", [g.op("Relu", [g.conv(x, 8, 16, 3, stride=2)])])])
+        return g.gemm(pooled, 16, 10)
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build))
+    gemm = next(n.name for n in model.graph.node if n.op_type == "Gemm")
+    pool = next(n.name for n in model.graph.node if n.op_type == "GlobalAveragePool")
+    conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
+    timer = FakeTimer({conv: (1.0, 5.0), f"{gemm}_conv": (5.5, 5.0), f"{pool}_depthwise": (5.5, 5.0)})
+    check = FakeModelCheck(lambda ks, batch: 1.1 * 1.05 ** (len(ks) - 1))
+    optimized, report = _optimize(model, timer, tmp_path=tmp_path, model_check=check)
+    assert [len(ks) for ks, _ in check.calls] == [1, 3]
+    assert [n.op_type for n in optimized.graph.node].count(contract.OP_TYPE) == 3 and report.fused_count() == 3
+    assert all(d.fused for d in report.decisions) and "kept the model with 2 near misses fused" in report.notes
+
+
+def test_no_near_miss_variant_where_the_whole_model_check_could_not_run(tmp_path):
+    model, (a, b, c) = _chain(3)
+    check = FakeModelCheck(lambda ks, batch: 1.3, error=RuntimeError("CUDA graph capture failed"))
+    _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (11.0, 10.0), c: (10.0, 20.0)}),
+                          tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=check)
+    assert len(check.calls) == 1 and _fused_convs(report) == [a, c]
+
+
 def test_a_candidate_much_slower_alone_is_not_tried_again(tmp_path):
     model, (a, b, c) = _chain(3)
     check = FakeModelCheck(lambda ks, batch: 1.2)
