@@ -263,7 +263,9 @@ def _with_near_misses(check, original_model, optimized, target: str, precision: 
     names = {d.node for d in report.decisions}
     wanted = {d.node for d in report.decisions if d.fused} | misses
     what = f"with {len(misses)} near miss{'es' if len(misses) > 1 else ''} fused"
-    gains = []
+    # beside a file under check the variant is a file too: the sessions read both, no copy is held here
+    variant_path = f"{optimized}.near-misses.onnx" if isinstance(optimized, str) else None
+    gains, keep = [], False
     try:
         variant, variant_report = optimize_model(
             original_model(), target=target, precision=precision, kernel_query=kernel_query,
@@ -274,6 +276,10 @@ def _with_near_misses(check, original_model, optimized, target: str, precision: 
             report.notes.append(f"whole-model check: the model {what} not tried (it would fuse "
                                 f"{len(fused)} candidates, not the {len(wanted)} wanted)")
             return optimized
+        if variant_path is not None:
+            save_model(variant, variant_path)
+            variant = variant_path
+            gc.collect()
         for batch in batches:
             r = check(optimized, variant, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS)
             report.notes.append(f"whole-model check, the model {what} against it, batch {r['batch']}: "
@@ -281,10 +287,17 @@ def _with_near_misses(check, original_model, optimized, target: str, precision: 
             gains.append(r["speedup"])
             if r["speedup_q1"] < 1.0 or r["speedup"] < MODEL_CHECK_GAIN:
                 return optimized
+        keep = True
     except Exception as e:  # noqa: BLE001 (a session refused, a variant failed: the checked model stands)
         report.notes.append(f"whole-model check of the model {what} not run: {type(e).__name__}: "
                             f"{str(e).splitlines()[0][:200] if str(e) else ''}")
         return optimized
+    finally:
+        if variant_path is not None and os.path.exists(variant_path):
+            if keep:  # the file under check becomes the variant
+                os.replace(variant_path, optimized)
+            else:
+                os.unlink(variant_path)
     for d in report.decisions:
         if d.node in misses:
             d.fused = True
@@ -293,10 +306,7 @@ def _with_near_misses(check, original_model, optimized, target: str, precision: 
                         f"(batch {', '.join(map(str, batches))})")
     _describe_with(report, variant_report, keep=("decisions", "costs"))
     report.notes.append(f"kept the model {what}")
-    if isinstance(optimized, str):  # the file under check becomes the variant
-        save_model(variant, optimized)
-        return optimized
-    return variant
+    return optimized if variant_path is not None else variant
 
 
 def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, target: str,

@@ -565,6 +565,30 @@ def test_optimize_file_checks_the_written_model_and_rewrites_it_with_the_kept_fu
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("with_it, kept", [(1.32, True), (1.2, False)])
+def test_optimize_file_checks_the_near_miss_variant_from_a_file_beside_the_output(tmp_path, with_it, kept):
+    model, (a, b, c) = _chain(3)
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    seen = []
+
+    def speedup(ks, batch):
+        return with_it if len(ks) == 3 else 1.2
+
+    class FileCheck(FakeModelCheck):
+        def __call__(self, original, optimized, **kw):
+            seen.append((original, optimized))
+            return super().__call__(original, optimized, **kw)
+
+    policy = FusionPolicy(mode="auto", timer=FakeTimer({a: (10.0, 20.0), b: (11.0, 10.0), c: (10.0, 20.0)}),
+                          model_check=FileCheck(speedup), cache_path=str(tmp_path / "cache.json"))
+    report = optimize_file(str(src), str(out), target="ort-cpu", policy=policy)
+    assert all(isinstance(m, str) for pair in seen[1:] for m in pair)  # the variant and the checked model: files
+    assert [n.op_type for n in onnx.load(out).graph.node].count(contract.OP_TYPE) == (3 if kept else 2)
+    assert report.fused_count() == (3 if kept else 2)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["cache.json", "in.onnx", "out.onnx"]
+
+
 def test_an_interrupted_whole_model_check_leaves_the_previous_output_as_it_was(tmp_path):
     model, (a,) = _chain(1)
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
