@@ -105,52 +105,30 @@ struct Softplus {
   CUTLASS_DEVICE float operator()(float x) const { return softplus(x); }
 };
 
-// The device functor of activation kind K, with the node's parameters.
-template <ActivationKind K>
-CUTLASS_DEVICE auto activation(act::Runtime const& a) {
-  if constexpr (K == ActivationKind::kIdentity) return act::Identity{};
-  else if constexpr (K == ActivationKind::kRelu) return act::Relu{};
-  else if constexpr (K == ActivationKind::kLeakyRelu) return act::LeakyRelu{a.p0};
-  else if constexpr (K == ActivationKind::kClip) return act::Clip{a.p0, a.p1};
-  else if constexpr (K == ActivationKind::kSigmoid) return Sigmoid{};
-  else if constexpr (K == ActivationKind::kTanh) return Tanh{};
-  else if constexpr (K == ActivationKind::kSilu) return Silu{};
-  else if constexpr (K == ActivationKind::kHardSigmoid) return HardSigmoid{a.p0, a.p1};
-  else if constexpr (K == ActivationKind::kHardSwish) return HardSwish{};
-  else if constexpr (K == ActivationKind::kGelu) return Gelu{};
-  else if constexpr (K == ActivationKind::kGeluTanh) return GeluTanh{};
-  else if constexpr (K == ActivationKind::kMish) return Mish{};
-  else if constexpr (K == ActivationKind::kElu) return Elu{a.p0};
-  else return Softplus{};
-}
 }  // namespace fast
 
-// activation.h's functors (sigmoid with __expf and a 2-ulp division, tanhf, erff): for fp32 outputs.
-namespace accurate {
-template <ActivationKind K>
+// The device functor of activation kind K, with the node's parameters: for 16-bit outputs (kFast) the
+// approximate ones above where they differ, for fp32 outputs activation.h's (sigmoid with __expf and a
+// 2-ulp division, tanhf, erff).
+template <bool kFast, class Fast, class Accurate>
+using Pick = std::conditional_t<kFast, Fast, Accurate>;
+template <ActivationKind K, bool kFast>
 CUTLASS_DEVICE auto activation(act::Runtime const& a) {
   if constexpr (K == ActivationKind::kIdentity) return act::Identity{};
   else if constexpr (K == ActivationKind::kRelu) return act::Relu{};
   else if constexpr (K == ActivationKind::kLeakyRelu) return act::LeakyRelu{a.p0};
   else if constexpr (K == ActivationKind::kClip) return act::Clip{a.p0, a.p1};
-  else if constexpr (K == ActivationKind::kSigmoid) return act::Sigmoid{};
-  else if constexpr (K == ActivationKind::kTanh) return act::Tanh{};
-  else if constexpr (K == ActivationKind::kSilu) return act::Silu{};
-  else if constexpr (K == ActivationKind::kHardSigmoid) return act::HardSigmoid{a.p0, a.p1};
-  else if constexpr (K == ActivationKind::kHardSwish) return act::HardSwish{};
-  else if constexpr (K == ActivationKind::kGelu) return act::Gelu{};
-  else if constexpr (K == ActivationKind::kGeluTanh) return act::GeluTanh{};
-  else if constexpr (K == ActivationKind::kMish) return act::Mish{};
-  else if constexpr (K == ActivationKind::kElu) return act::Elu{a.p0};
-  else return act::Softplus{};
-}
-}  // namespace accurate
-
-// The functor of kind K: approximate (kFast, 16-bit outputs) or accurate.
-template <ActivationKind K, bool kFast>
-CUTLASS_DEVICE auto activation(act::Runtime const& a) {
-  if constexpr (kFast) return fast::activation<K>(a);
-  else return accurate::activation<K>(a);
+  else if constexpr (K == ActivationKind::kSigmoid) return Pick<kFast, fast::Sigmoid, act::Sigmoid>{};
+  else if constexpr (K == ActivationKind::kTanh) return Pick<kFast, fast::Tanh, act::Tanh>{};
+  else if constexpr (K == ActivationKind::kSilu) return Pick<kFast, fast::Silu, act::Silu>{};
+  else if constexpr (K == ActivationKind::kHardSigmoid)
+    return Pick<kFast, fast::HardSigmoid, act::HardSigmoid>{a.p0, a.p1};
+  else if constexpr (K == ActivationKind::kHardSwish) return Pick<kFast, fast::HardSwish, act::HardSwish>{};
+  else if constexpr (K == ActivationKind::kGelu) return Pick<kFast, fast::Gelu, act::Gelu>{};
+  else if constexpr (K == ActivationKind::kGeluTanh) return Pick<kFast, fast::GeluTanh, act::GeluTanh>{};
+  else if constexpr (K == ActivationKind::kMish) return Pick<kFast, fast::Mish, act::Mish>{};
+  else if constexpr (K == ActivationKind::kElu) return Pick<kFast, fast::Elu, act::Elu>{a.p0};
+  else return Pick<kFast, fast::Softplus, act::Softplus>{};
 }
 
 // Which activations an instantiation's epilogue carries. AnyActivation: all 14, chosen at run time,
