@@ -236,6 +236,24 @@ def _batches_to_check(original: onnx.ModelProto, batches: tuple[int, ...]) -> li
     return [firsts[0].dim_value] if firsts else [1]
 
 
+def _reoptimized(original: onnx.ModelProto, target: str, precision: str, policy: FusionPolicy, kernel_query,
+                 exclude: set[str], **changes) -> tuple[onnx.ModelProto, Report]:
+    """A variant for the whole-model check: the original optimized again from the times already measured
+    (nothing new measured, no check of its own), the candidates `exclude` names left unfused."""
+    return optimize_model(original, target=target, precision=precision, kernel_query=kernel_query,
+                          policy=replace(policy, exclude=frozenset(exclude), measure_budget_s=0.0,
+                                         model_check=False, export_costs=None, **changes))
+
+
+def _speedup_note(what: str, r: dict) -> str:
+    return (f"whole-model check, {what}, batch {r['batch']}: {r['speedup']:.3f}x "
+            f"(interquartile {r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}x)")
+
+
+def _first_line(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
 def _near_misses(report: Report) -> set[str]:
     """Measured candidates left out that were at most NEAR_MISS slower than the runtime's nodes alone."""
     return {d.node for d in report.decisions if not d.fused and d.source.startswith("measured")
@@ -267,10 +285,8 @@ def _with_near_misses(check, original_model, optimized, target: str, precision: 
     variant_path = f"{optimized}.near-misses.onnx" if isinstance(optimized, str) else None
     gains, keep = [], False
     try:
-        variant, variant_report = optimize_model(
-            original_model(), target=target, precision=precision, kernel_query=kernel_query,
-            policy=replace(policy, mode="always", exclude=frozenset(names - wanted), measure_budget_s=0.0,
-                           model_check=False, export_costs=None))
+        variant, variant_report = _reoptimized(original_model(), target, precision, policy, kernel_query,
+                                               names - wanted, mode="always")
         fused = {_candidate(d.node, names) for d in variant_report.decisions if d.fused}
         if fused != {_candidate(n, names) for n in wanted}:  # a kernel missing, an overlap: not this variant
             report.notes.append(f"whole-model check: the model {what} not tried (it would fuse "
@@ -282,15 +298,13 @@ def _with_near_misses(check, original_model, optimized, target: str, precision: 
             gc.collect()
         for batch in batches:
             r = check(optimized, variant, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS)
-            report.notes.append(f"whole-model check, the model {what} against it, batch {r['batch']}: "
-                                f"{r['speedup']:.3f}x (interquartile {r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}x)")
+            report.notes.append(_speedup_note(f"the model {what} against it", r))
             gains.append(r["speedup"])
             if r["speedup_q1"] < 1.0 or r["speedup"] < MODEL_CHECK_GAIN:
                 return optimized
         keep = True
     except Exception as e:  # noqa: BLE001 (a session refused, a variant failed: the checked model stands)
-        report.notes.append(f"whole-model check of the model {what} not run: {type(e).__name__}: "
-                            f"{str(e).splitlines()[0][:200] if str(e) else ''}")
+        report.notes.append(f"whole-model check of the model {what} not run: {_first_line(e)}")
         return optimized
     finally:
         if variant_path is not None and os.path.exists(variant_path):
@@ -344,14 +358,12 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
                     # the reference is already in `precision`: compared as it is
                     r = check(reference, model, backend=target, batch=batch, precision="fp32",
                               rounds=MODEL_CHECK_ROUNDS)
-                    report.notes.append(f"whole-model check, {what}, batch {r['batch']}: {r['speedup']:.3f}x "
-                                        f"(interquartile {r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}x)")
+                    report.notes.append(_speedup_note(what, r))
                     if r["slower"] or r["speedup"] < floor:
                         return f"{what} ran {r['speedup']:.3f}x the original's speed at batch {r['batch']}"
                 return ""
             except Exception as e:  # noqa: BLE001 (ONNX Runtime refusing a session: the measured decisions stand)
-                report.notes.append(f"whole-model check not run: {type(e).__name__}: "
-                                    f"{str(e).splitlines()[0][:200] if str(e) else ''}")
+                report.notes.append(f"whole-model check not run: {_first_line(e)}")
                 return None
 
         # largest data first, and first of all those fused unmeasured (static policy): the first dropped
@@ -369,10 +381,8 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
                 continue
             tried.add(keep)
             kept_names = {d.node for d in fused[len(fused) - keep:]}
-            variant, variant_report = optimize_model(
-                original_model(), target=target, precision=precision, kernel_query=kernel_query,
-                policy=replace(policy, exclude=frozenset({d.node for d in report.decisions} - kept_names),
-                               measure_budget_s=0.0, model_check=False, export_costs=None))
+            variant, variant_report = _reoptimized(original_model(), target, precision, policy, kernel_query,
+                                                   {d.node for d in report.decisions} - kept_names)
             variant_fused = {d.node for d in variant_report.decisions if d.fused}
             if not variant_fused or not variant_fused <= kept_names:
                 continue  # never a fusion the full model did not have

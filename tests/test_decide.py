@@ -351,16 +351,21 @@ def test_shapes_behind_exporters_shape_arithmetic_are_inferred_per_batch(tmp_pat
     assert all(d.fused for d in report.decisions)
 
 
-@pytest.mark.parametrize("faster", [True, False])
-def test_a_classifier_gemm_becomes_a_conv_only_where_the_fused_conv_wins(tmp_path, faster):
+def _classifier():
+    """Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm, and the names of its conv, pool and Gemm."""
     def build(g, x):
         pooled = g.op("Flatten", [g.op("GlobalAveragePool", [g.op("Relu", [g.conv(x, 8, 16, 3, stride=2)])])])
         return g.gemm(pooled, 16, 10)
 
     model = onnx.shape_inference.infer_shapes(conv_net(build))
-    gemm = next(n.name for n in model.graph.node if n.op_type == "Gemm")
-    pool = next(n.name for n in model.graph.node if n.op_type == "GlobalAveragePool")
-    conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
+    conv, pool, gemm = (next(n.name for n in model.graph.node if n.op_type == op)
+                        for op in ("Conv", "GlobalAveragePool", "Gemm"))
+    return model, conv, pool, gemm
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_a_classifier_gemm_becomes_a_conv_only_where_the_fused_conv_wins(tmp_path, faster):
+    model, conv, pool, gemm = _classifier()
     won = (1.0, 5.0) if faster else (5.0, 1.0)
     timer = FakeTimer({conv: (1.0, 5.0), f"{gemm}_conv": won, f"{pool}_depthwise": won})
     optimized, report = _optimize(model, timer, tmp_path=tmp_path)
@@ -484,14 +489,7 @@ def test_a_near_miss_fuses_where_the_whole_model_with_it_runs_faster(tmp_path, w
 def test_a_classifier_gemm_and_pool_as_near_misses_are_tried_under_their_conv_names(tmp_path):
     """The Gemm and the pool are decided under their own names where they stay unfused and under the
     conv they become where they fuse: the variant with them fused is still the one asked for."""
-    def build(g, x):
-        pooled = g.op("Flatten", [g.op("GlobalAveragePool", [g.op("Relu", [g.conv(x, 8, 16, 3, stride=2)])])])
-        return g.gemm(pooled, 16, 10)
-
-    model = onnx.shape_inference.infer_shapes(conv_net(build))
-    gemm = next(n.name for n in model.graph.node if n.op_type == "Gemm")
-    pool = next(n.name for n in model.graph.node if n.op_type == "GlobalAveragePool")
-    conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
+    model, conv, pool, gemm = _classifier()
     timer = FakeTimer({conv: (1.0, 5.0), f"{gemm}_conv": (5.5, 5.0), f"{pool}_depthwise": (5.5, 5.0)})
     check = FakeModelCheck(lambda ks, batch: 1.1 * 1.05 ** (len(ks) - 1))
     optimized, report = _optimize(model, timer, tmp_path=tmp_path, model_check=check)
