@@ -15,6 +15,7 @@ epifuse library runs), with the group's real weights in the dtype it will run in
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import math
 import os
@@ -288,11 +289,14 @@ def _cpu_worker(conn) -> None:
 
     folder = tempfile.mkdtemp(prefix="epifuse-measure-")
     rng = np.random.default_rng(0)
+    sessions_made = itertools.count()
 
     def session(data: bytes):
         so = session_options(allow_spinning=False)  # two sessions take turns: see optimizer.compare
         so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(folder, "profile")
+        # a prefix of its own: ORT names the profile by the millisecond it starts, and two sessions made
+        # within one millisecond would write (and the first's reading would delete) one file
+        so.profile_file_prefix = os.path.join(folder, f"profile{next(sessions_made)}")
         so.log_severity_level = 4  # a refused micro-model is reported as one line, not ORT's log
         return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 

@@ -130,3 +130,32 @@ def test_transpose_model_is_nhwc_to_nchw():
     (y,) = ort.InferenceSession(transpose_model((2, 3, 5, 6), "fp32").SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_array_equal(y, x.transpose(0, 3, 1, 2))
+
+
+def test_each_measuring_session_profiles_to_a_file_of_its_own(monkeypatch):
+    """ORT names a profile by the millisecond its session starts: the pair's sessions, often made within
+    one, must not share a file (the first one's reading deleted the second one's profile)."""
+    import threading
+    from multiprocessing import Pipe
+
+    from optimizer import measure
+
+    prefixes = []
+    real_session = ort.InferenceSession
+
+    def recording_session(data, so, **kwargs):
+        prefixes.append(so.profile_file_prefix)
+        return real_session(data, so, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", recording_session)
+    parent, child = Pipe()
+    worker = threading.Thread(target=measure._cpu_worker, args=(child,))
+    worker.start()
+    m = transpose_model((1, 4, 3, 3), "fp32").SerializeToString()
+    for _ in range(2):
+        parent.send((m, m, "fp32", ()))
+        times = parent.recv()
+        assert not isinstance(times, str), times
+    parent.send(None)
+    worker.join(timeout=30)
+    assert len(prefixes) == 4 and len(set(prefixes)) == 4
