@@ -287,7 +287,11 @@ def _cpu_worker(conn) -> None:
 
     from .runtime import session_options
 
-    folder = tempfile.mkdtemp(prefix="epifuse-measure-")
+    with tempfile.TemporaryDirectory(prefix="epifuse-measure-") as folder:  # the profiles' folder goes with it
+        _serve_cpu_requests(conn, folder, ort, session_options)
+
+
+def _serve_cpu_requests(conn, folder: str, ort, session_options) -> None:
     rng = np.random.default_rng(0)
     sessions_made = itertools.count()
 

@@ -1,6 +1,8 @@
 """The micro-models the costs are measured on (optimizer.measure): each side must compute what the
 group computes in the model, or the times compare different work. Checked on ONNX Runtime against
 the original model's own nodes, on random inputs."""
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -134,7 +136,8 @@ def test_transpose_model_is_nhwc_to_nchw():
 
 def test_each_measuring_session_profiles_to_a_file_of_its_own(monkeypatch):
     """ORT names a profile by the millisecond its session starts: the pair's sessions, often made within
-    one, must not share a file (the first one's reading deleted the second one's profile)."""
+    one, must not share a file (the first one's reading deleted the second one's profile). The worker's
+    folder goes when it ends."""
     import threading
     from multiprocessing import Pipe
 
@@ -159,3 +162,4 @@ def test_each_measuring_session_profiles_to_a_file_of_its_own(monkeypatch):
     parent.send(None)
     worker.join(timeout=30)
     assert len(prefixes) == 4 and len(set(prefixes)) == 4
+    assert not worker.is_alive() and not os.path.exists(os.path.dirname(prefixes[0]))  # nothing left in /tmp
