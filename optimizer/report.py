@@ -39,6 +39,7 @@ class Report:
     ops_after: dict[str, int] = field(default_factory=dict)
     bn_folded: Counter = field(default_factory=Counter)      # producer op -> count
     bn_to_affine: int = 0                                     # BN with no foldable producer -> Mul+Add
+    affine_folded: Counter = field(default_factory=Counter)  # Mul/Add/Sub/Div folded into a conv, by op
     fusions: Counter = field(default_factory=Counter)         # "activation/residual" -> count
     skipped: list[Skipped] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
@@ -71,6 +72,7 @@ class Report:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["bn_folded"] = dict(self.bn_folded)
+        d["affine_folded"] = dict(self.affine_folded)
         d["fusions"] = dict(self.fusions)
         d["canonicalized"] = dict(self.canonicalized)
         return d
@@ -89,6 +91,8 @@ class Report:
         summary.add_row("BatchNorm folded", _counts(self.bn_folded) or "0")
         if self.bn_to_affine:
             summary.add_row("BatchNorm → Mul+Add (no foldable producer)", str(self.bn_to_affine))
+        if self.affine_folded:
+            summary.add_row("constant scale / shift folded into Conv", _counts(self.affine_folded))
         summary.add_row("FusedConv nodes", str(self.fused_count()))
         summary.add_row("transposes inserted / removed", f"{self.transposes_inserted} / {self.transposes_removed}")
         summary.add_row("Transpose nodes left", str(self.ops_after.get("Transpose", 0)))

@@ -60,3 +60,22 @@ def test_wheel_model_optimizes_and_matches_onnx_runtime(requirement, member, sha
     np.savez(inputs, **{name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)})
     assert main(["optimize", str(src), "-o", str(out), "--fuse", "always"]) == 0, capsys.readouterr().err
     assert main(["verify", str(src), str(out), "--inputs", str(inputs)]) == 0, capsys.readouterr()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("member", [m for _, m, _ in MODELS[:2]], ids=["det", "rec"])
+def test_pp_ocr_v4_affine_blocks_fold_and_their_hardswish_fuses(member, tmp_path, capsys):
+    """PP-LCNetV3 writes each conv as Conv -> Mul(scale) -> Add(shift) -> x * Clip(x + 3, 0, 6) / 6: the
+    affine folds into the conv, so every HardSwish behind one fuses."""
+    import json
+
+    import onnx
+
+    src, out, report = _model("rapidocr_onnxruntime==1.4.4", member), tmp_path / "o.onnx", tmp_path / "r.json"
+    assert main(["optimize", str(src), "-o", str(out), "--fuse", "always", "--report", str(report)]) == 0, \
+        capsys.readouterr().err
+    found = json.loads(report.read_text())
+    assert found["affine_folded"].get("Mul", 0) >= 28 and found["affine_folded"].get("Add", 0) >= 28, found
+    hardswish = sum(n.op_type == "Clip" for n in onnx.load(str(src)).graph.node)  # one Clip each
+    assert hardswish >= 24 and found["fusions"].get("hardswish/none") == hardswish, found["fusions"]
+    assert "Clip" not in {n.op_type for n in onnx.load(str(out)).graph.node}

@@ -51,8 +51,9 @@ def _scaled(const: gs.Tensor, w: np.ndarray, factor: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fold_conv(graph, node, scale, shift) -> bool:
-    """Every precondition is checked before a weight is touched (`_scaled` may scale in place)."""
+def fold_into_conv(graph, node, scale, shift, tag: str = "bnfold") -> bool:
+    """y * scale + shift per output channel, folded into Conv / ConvTranspose `node`'s weights and bias.
+    Every precondition is checked before a weight is touched (`_scaled` may scale in place)."""
     w = constant_value(node.inputs[1])
     if w is None:
         return False
@@ -74,8 +75,8 @@ def _fold_conv(graph, node, scale, shift) -> bool:
         factor = scale.reshape((group, 1, k_per_group) + (1,) * (w.ndim - 3))
     w_new = _scaled(node.inputs[1], w, factor).reshape(constant_value(node.inputs[1]).shape)
     b_new = (b.astype(np.float64) if b is not None else 0.0) * scale + shift
-    set_inputs(node, [node.inputs[0], make_constant(graph, f"{node.name}_W_bnfold", w_new),
-                      make_constant(graph, f"{node.name}_B_bnfold", b_new.astype(w.dtype))])
+    set_inputs(node, [node.inputs[0], make_constant(graph, f"{node.name}_W_{tag}", w_new),
+                      make_constant(graph, f"{node.name}_B_{tag}", b_new.astype(w.dtype))])
     return True
 
 
@@ -150,7 +151,7 @@ def fold_batchnorm(graph: gs.Graph, report: Report) -> gs.Graph:
         folded = False
         if prod is not None and single_use:
             if prod.op in ("Conv", "ConvTranspose"):
-                folded = _fold_conv(graph, prod, scale, shift)
+                folded = fold_into_conv(graph, prod, scale, shift)
             elif prod.op == "Gemm":
                 folded = _fold_gemm(graph, prod, scale, shift)
             elif prod.op == "MatMul":
