@@ -134,3 +134,60 @@ def test_the_activation_behind_the_affine_fuses():
     assert helper.get_attribute_value(next(a for a in fused[0].attribute if a.name == "activation")) == b"hardswish"
     for u, v in zip(run_ort(optimized, _feeds(), library=True), run_ort(model, _feeds())):
         assert rel_l2(u, v) < 1e-5
+
+
+def _input_side_model(kernel, pads, group=1):
+    """x -> Relu -> Mul(scale per channel) -> Add(shift) -> Conv."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((K, C // group, kernel, kernel)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(rng.standard_normal(K).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, (1, C, 1, 1)).astype(np.float32), "s"),
+             numpy_helper.from_array(rng.standard_normal((C, 1, 1)).astype(np.float32), "t")]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "s"], ["m"]),
+             helper.make_node("Add", ["t", "m"], ["a"]),
+             helper.make_node("Conv", ["a", "w", "b"], ["y"], group=group, pads=[pads] * 4)]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, C, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+@pytest.mark.parametrize("kernel, group", [(1, 1), (3, 1), (1, 2), (3, 2)])
+def test_affine_before_an_unpadded_conv_folds_into_it(kernel, group):
+    model = _input_side_model(kernel, 0, group)
+    folded, report = _fold(model)
+    assert ops(folded) == ["Relu", "Conv"] and report.affine_folded == {"Mul": 1, "Add": 1}
+    _same_outputs(folded, model)
+
+
+def test_affine_before_a_padded_conv_stays():
+    """The padded border is zeros, not the shift: folding would change the border outputs."""
+    model = _input_side_model(3, 1)
+    folded, report = _fold(model)
+    assert ops(folded) == ops(model) and not report.affine_folded
+
+
+def test_the_last_node_of_an_activation_is_not_folded_into_the_next_conv():
+    """conv -> x * Clip(x + 3, 0, 6) / 6 -> 1x1 conv: the Div by 6 is an affine the 1x1 conv could take,
+    but then the HardSwish would no longer match; it stays, and fuses into the first conv."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.standard_normal((K, C, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal((K, K, 1, 1)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.float32(3), "three"), numpy_helper.from_array(np.float32(0), "zero"),
+             numpy_helper.from_array(np.float32(6), "six")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4),
+             helper.make_node("Add", ["a", "three"], ["p"]), helper.make_node("Clip", ["p", "zero", "six"], ["q"]),
+             helper.make_node("Mul", ["a", "q"], ["r"]), helper.make_node("Div", ["r", "six"], ["h"]),
+             helper.make_node("Conv", ["h", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, C, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model = onnx.shape_inference.infer_shapes(model)
+    folded, report = _fold(model)
+    assert ops(folded) == ops(model) and not report.affine_folded
+    optimized = optimize_model(model, policy=FusionPolicy(mode="always"))
+    optimized = optimized[0] if isinstance(optimized, tuple) else optimized
+    assert [helper.get_attribute_value(a) for n in optimized.graph.node if n.op_type == "FusedConv"
+            for a in n.attribute if a.name == "activation"] == [b"hardswish", b"identity"]
