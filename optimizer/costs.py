@@ -37,7 +37,7 @@ COSTS_FORMAT = "epifuse-costs/1"
 # The patterns of a small global average pool inside an NHWC region, which pool_as_conv would give to
 # FusedConv. Their runtime side is the pool as the pipeline leaves it unfused there, not ONNX Runtime's
 # NCHW GlobalAveragePool: ReduceMean over the NHWC tensor's H and W (the layout pass), which
-# passes.gpu_pools turns into a GEMV where the pipeline's precision is fp16 (the _GEMV pattern).
+# passes.nhwc_pools turns into a GEMV where the target runs that faster (the _GEMV pattern).
 NHWC_POOL, NHWC_POOL_GEMV = "GlobalAveragePool(NHWC)", "GlobalAveragePool(NHWC GEMV)"
 
 

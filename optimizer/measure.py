@@ -119,10 +119,9 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
 
 def _nhwc_pool_model(group: FusionGroup, copies: int) -> onnx.ModelProto:
     """A global average pool as the pipeline leaves it unfused inside an NHWC region: ReduceMean over
-    H and W of the NHWC tensor (the layout pass), then, for NHWC_POOL_GEMV, passes.gpu_pools' GEMV. Each
+    H and W of the NHWC tensor (the layout pass), then, for NHWC_POOL_GEMV, passes.nhwc_pools' GEMV. Each
     copy reads an input of its own, so ORT cannot merge the copies."""
-    from .passes.gpu_pools import gpu_pools  # noqa: PLC0415 (passes import the costs this module serves)
-    from .report import Report  # noqa: PLC0415
+    from .passes.nhwc_pools import pools_to_gemv  # noqa: PLC0415 (passes import the costs this module serves)
 
     dtype = _np_dtype(group.dtype)
     graph = gs.Graph(opset=OPSET)
@@ -133,12 +132,12 @@ def _nhwc_pool_model(group: FusionGroup, copies: int) -> onnx.ModelProto:
         graph.nodes.append(gs.Node("ReduceMean", f"pool{copy}", {"axes": [1, 2], "keepdims": 1}, [x], [y]))
         graph.outputs.append(y)
     if group.pattern == NHWC_POOL_GEMV:
-        gpu_pools(graph, Report(), "ort-cuda", "fp16")
+        pools_to_gemv(graph)
     for node in graph.nodes:  # its GEMV row is float32 until the precision pass, which this model skips
         for i, t in enumerate(node.inputs):
             if isinstance(t, gs.Constant) and t.values.dtype == np.float32 and dtype != np.float32:
                 node.inputs[i] = gs.Constant(t.name, t.values.astype(dtype))
-    # gpu_pools keeps an output's name with an Identity: read its source instead (ORT would run a copy)
+    # nhwc_pools keeps an output's name with an Identity: read its source instead (ORT would run a copy)
     for i, y in enumerate(graph.outputs):
         if y.inputs and y.inputs[0].op == "Identity":
             source = y.inputs[0].inputs[0]

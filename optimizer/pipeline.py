@@ -24,7 +24,7 @@ from .passes.fc_as_conv import fc_as_conv
 from .passes.fold_affine import fold_affine
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
-from .passes.gpu_pools import gpu_pools
+from .passes.nhwc_pools import nhwc_pools
 from .passes.input_layout import input_layout
 from .passes.layout import layout
 from .passes.load import load_model, load_model_split, validate
@@ -459,8 +459,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     if stop_after != "fuse":
         with _timed(report, "layout", progress, free_memory):
             graph = layout(graph, report)
-        with _timed(report, "gpu_pools", progress, free_memory):  # on the NHWC pools layout leaves
-            graph = gpu_pools(graph, report, target, precision)
+        with _timed(report, "nhwc_pools", progress, free_memory):  # on the NHWC pools layout leaves
+            graph = nhwc_pools(graph, report, target, precision)
         with _timed(report, "precision", progress, free_memory):  # after layout: Casts only where regions end
             graph = convert_precision(graph, report, precision, target)
         with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data

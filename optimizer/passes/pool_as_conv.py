@@ -4,15 +4,15 @@ H x W of at most 64 pixels (the last stage of ResNet, EfficientNet, MobileNet: 7
     Conv(X, W = 1/(H*W) in every tap of an H x W filter, group = C)   →   [N, C, 1, 1]
 
 so the fusion pass gives it to FusedConv (the depthwise kernel) and it reads the NHWC region's tensor
-as it is. Why: the NHWC pool otherwise ends as gpu_pools' GEMV, which ONNX Runtime runs as a batched
+as it is. Why: the NHWC pool otherwise ends as nhwc_pools' GEMV, which ONNX Runtime runs as a batched
 MatMul: at batch 1 it copied three pointer arrays host→device inside the CUDA graph and ran cuBLAS's
 gemv, ~15 µs of ResNet-50's 0.40 ms (graph timeline, `bench/ort_models.py --timeline`). Larger pools
 (squeeze-excite at 56x56 and up) stay pools: a depthwise kernel would reduce thousands of taps per
-thread. 1/(H*W) rounds to fp16 within 2^-11 relative, as gpu_pools' row does; the sum is fp32.
+thread. 1/(H*W) rounds to fp16 within 2^-11 relative, as nhwc_pools' row does; the sum is fp32.
 With a decider it runs after the fuse pass, so it knows the layout the pool will sit in: a pool
 reading a fused conv's NHWC output (through the Transpose the fuse pass leaves, or elementwise ops the
 layout pass moves it through) is weighed against that pool as the model runs it unfused there — a
-ReduceMean over the NHWC tensor, gpu_pools' GEMV for fp16 (costs.NHWC_POOL / NHWC_POOL_GEMV) — and the
+ReduceMean over the NHWC tensor, nhwc_pools' GEMV for fp16 (costs.NHWC_POOL / NHWC_POOL_GEMV) — and the
 pipeline fuses the conv it becomes in a second fuse pass. A pool reading an NCHW tensor stays a pool:
 ONNX Runtime's GlobalAveragePool takes ~3 µs there (H200), and a FusedConv would first need the
 tensor transposed. Timing every pool against ORT's NCHW pool instead (2.7 µs at batch 1 against ours
@@ -29,6 +29,7 @@ from ..graph import NHWC_TO_NCHW, is_transpose, make_constant, make_variable, pr
 from ..registry import ConvDesc
 from ..report import Report
 from .layout import HANDLERS, variable_data_inputs
+from .nhwc_pools import pools_as_gemv
 
 MAX_PIXELS = 64
 
@@ -80,7 +81,7 @@ def pool_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, ker
                     False, "its input is NCHW here (the conv before it stays the runtime's): a FusedConv would "
                            "need it transposed", fixed=True))
                 continue
-            gemv = decider.precision == "fp16"  # where gpu_pools turns the unfused NHWC pool into a GEMV
+            gemv = pools_as_gemv(target, decider.precision)  # nhwc_pools turns the unfused NHWC pool into a GEMV
             verdict = decider.approve(graph, f"{base}_depthwise", [node], x, y, filters, np.zeros(c, dtype), desc,
                                       kernel_query, pattern=NHWC_POOL_GEMV if gemv else NHWC_POOL)
             if not verdict.fuse:

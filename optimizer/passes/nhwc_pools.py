@@ -1,16 +1,23 @@
-"""GPU pools (target ort-cuda, fp16): a channels-last global average pool — ReduceMean over
+"""Channels-last global average pools as a GEMV, where the target runs that faster: ReduceMean over
 axes 1 and 2 of [N, H, W, C] with keepdims, the form the layout pass gives GlobalAveragePool inside
-an NHWC region — becomes a batched GEMV:
+an NHWC region, becomes
 
     Reshape [N, H*W, C]  →  MatMul by a [1, H*W] row of 1/(H*W)  →  Reshape [N, 1, 1, C]
 
-Why: ONNX Runtime's CUDA EP reduces leading or trailing axes with its own kernels, but axes (1, 2)
-of an NHWC tensor go to cudnnReduceTensor, in fp32 with conversions around it. On the H200 those took
-1.3 ms of EfficientNet-B0's 3.34 ms at batch 32 (CUPTI profile, `bench/ort_models.py --profile`):
-its squeeze-excite blocks pool every stage. A GEMV reads X once through cuBLAS. The row holds 1/(H*W)
-rather than ones so the fp16 product cannot overflow; rounding 1/(H*W) to fp16 moves the mean by at
-most 2^-11 relative. Only for fp16: at fp32 the CUDA EP runs MatMul in TF32 by default, coarser than
-the exact ReduceMean, and a bf16 MatMul has no CPU kernel to verify it against. H and W must be static.
+Why, on ort-cuda at fp16: ONNX Runtime's CUDA EP reduces leading or trailing axes with its own
+kernels, but axes (1, 2) of an NHWC tensor go to cudnnReduceTensor, in fp32 with conversions around
+it. On the H200 those took 1.3 ms of EfficientNet-B0's 3.34 ms at batch 32 (CUPTI profile,
+`bench/ort_models.py --profile`): its squeeze-excite blocks pool every stage. A GEMV reads X once
+through cuBLAS. The row holds 1/(H*W) rather than ones so the fp16 product cannot overflow; rounding
+1/(H*W) to fp16 moves the mean by at most 2^-11 relative. Not at fp32 there: the CUDA EP runs MatMul in
+TF32 by default, coarser than the exact ReduceMean, and a bf16 MatMul has no CPU kernel to verify it
+against.
+
+Why, on ort-cpu at fp32: ORT's CPU ReduceMean over the middle axes is a strided loop, 2-6x slower
+than its NCHW GlobalAveragePool on squeeze-excite sizes (16-128 channels, 20-160 pixels square, 2
+threads), while MLAS's SGEMM runs the GEMV 3-8x faster than that ReduceMean, in fp32.
+
+H and W must be static.
 """
 from __future__ import annotations
 
@@ -32,9 +39,25 @@ def _nhwc_spatial_mean(node: gs.Node) -> tuple[int, int] | None:
     return (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
 
 
-def gpu_pools(graph: gs.Graph, report: Report, target: str, precision: str) -> gs.Graph:
-    if target != "ort-cuda" or precision != "fp16":
+GEMV_POOLS = {("ort-cuda", "fp16"), ("ort-cpu", "fp32")}  # (target, precision): see the module's text
+
+
+def pools_as_gemv(target: str, precision: str) -> bool:
+    return (target, precision) in GEMV_POOLS
+
+
+def nhwc_pools(graph: gs.Graph, report: Report, target: str, precision: str) -> gs.Graph:
+    if not pools_as_gemv(target, precision):
         return graph
+    done = pools_to_gemv(graph)
+    if done:
+        report.canonicalized[f"NHWC global average pool → GEMV ({target})"] += done
+    return graph.cleanup(remove_unused_graph_inputs=False).toposort()
+
+
+def pools_to_gemv(graph: gs.Graph) -> int:
+    """Rewrites every static-spatial NHWC ReduceMean pool of `graph` as the GEMV; returns their count."""
+    done = 0
     for node in list(graph.nodes):
         hw = _nhwc_spatial_mean(node)
         if hw is None or not node.outputs:
@@ -57,5 +80,5 @@ def gpu_pools(graph: gs.Graph, report: Report, target: str, precision: str) -> g
         ]
         replace_uses(graph, y, pooled)
         node.outputs.clear()
-        report.canonicalized["NHWC global average pool → GEMV (ort-cuda)"] += 1
-    return graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        done += 1
+    return done
