@@ -21,6 +21,7 @@ from .errors import EpifuseError
 from .passes.canonicalize import canonicalize
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
+from .passes.activation_ops import activation_ops
 from .passes.fold_affine import fold_affine
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
@@ -438,6 +439,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         graph = fold_batchnorm(graph, report)
     with _timed(report, "fold_affine", progress, free_memory):
         graph = fold_affine(graph, report)
+    with _timed(report, "activation_ops", progress, free_memory):
+        graph = activation_ops(graph, report, target)
     try:
         with _timed(report, "fuse_conv", progress, free_memory, decider.costs):
             graph = fuse_conv(graph, report, target, kernel_query, decider)

@@ -91,8 +91,8 @@ def test_both_micro_models_compute_the_group(name, tmp_path):
                                                      ("fp32", NHWC_POOL, {"ReduceMean"})])
 def test_a_small_pool_is_timed_as_the_model_runs_it_unfused(precision, pattern, ops, tmp_path):
     """pool_as_conv's candidate (a global pool over a 7x7 map after a fused conv): its runtime side is
-    the pool inside the NHWC region — the layout pass's ReduceMean, nhwc_pools' GEMV where the target has it — not ONNX
-    Runtime's NCHW GlobalAveragePool, which the optimized model would never run there."""
+    the pool inside the NHWC region — the layout pass's ReduceMean, nhwc_pools' GEMV where the target
+    has it — not ONNX Runtime's NCHW GlobalAveragePool, which the optimized model would never run there."""
     groups = _groups(lambda g, x: g.op("GlobalAveragePool", [g.op("Relu", [g.conv_bn(x, 8, 16, 3)])]), tmp_path,
                      precision=precision, size=7, faster={"Conv+Relu"})
     (pool,) = [g for g in groups if g.pattern.startswith("GlobalAveragePool")]

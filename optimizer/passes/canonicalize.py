@@ -1,7 +1,7 @@
 """Canonicalize: one spelling for things exporters write several ways, so the rewrites that
-follow match one form. Every node gets a unique name. Constant nodes become initializers, and so do Identity nodes of a constant
-(torch.onnx writes deduplicated weights that way: a ResNet-50 export reads 47 of its conv biases
-through Identity); Conv auto_pad becomes explicit pads;
+follow match one form. Every node gets a unique name. Constant nodes become initializers, and so do
+Identity nodes of a constant (torch.onnx writes deduplicated weights that way: a ResNet-50 export
+reads 47 of its conv biases through Identity); Conv auto_pad becomes explicit pads;
 a constant per-channel Add right after a Conv becomes the Conv's bias. Activation formulations
 are recognised by optimizer.activations where they are fused."""
 from __future__ import annotations

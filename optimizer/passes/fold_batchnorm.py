@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..graph import constant_value, itemsize, numel_per_image, make_constant, make_variable, producer, set_inputs, set_outputs, shape_of
+from ..graph import (constant_value, itemsize, make_constant, make_variable, numel_per_image, producer, set_inputs,
+                     set_outputs, shape_of)
 from ..report import Report
 
 

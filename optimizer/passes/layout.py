@@ -4,9 +4,10 @@ with Transposes only where a region meets an op that needs NCHW or a graph input
 The fuse pass wraps every FusedConv in Transposes. Here they are pushed down through
 layout-agnostic ops (elementwise ops with their broadcast constants permuted, Concat, Split,
 Slice, Pad, nearest Resize, reductions, GlobalAverage/MaxPool as a ReduceMean/Max over H and W:
-one table, HANDLERS, says which ops and how) and pairs that compose to the identity cancel. Pushing can cost a Transpose where a tensor also
-feeds an NCHW-only op, so two policies run on copies of the graph — push only where it does not
-add a Transpose, and push wherever possible — and the result with fewer Transposes is kept.
+one table, HANDLERS, says which ops and how) and pairs that compose to the identity cancel. Pushing
+can cost a Transpose where a tensor also feeds an NCHW-only op, so two policies run on copies of the
+graph — push only where it does not add a Transpose, and push wherever possible — and the result
+with fewer Transposes is kept.
 """
 from __future__ import annotations
 

@@ -238,7 +238,8 @@ def _check_conv_attributes(model: onnx.ModelProto, path: str) -> None:
         if not isinstance(group, int) or group < 1:
             raise bad(f"group {group} is not a positive integer")
         for key in ("strides", "dilations"):
-            if key in attrs and (any(v < 1 for v in attrs[key]) or (spatial is not None and len(attrs[key]) != spatial)):
+            values = attrs.get(key)
+            if values is not None and (any(v < 1 for v in values) or (spatial is not None and len(values) != spatial)):
                 raise bad(f"{key} {list(attrs[key])} out of range (one value >= 1 per spatial axis)")
         if "pads" in attrs:
             pads = list(attrs["pads"])
