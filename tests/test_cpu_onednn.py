@@ -86,6 +86,9 @@ GEOMETRY = {
     "channel_multiplier": ((1, 20, 20, 8, 16, 3, 3), dict(group=8, pads=(1, 1, 1, 1))),
     "too_small_to_split": ((1, 4, 4, 4, 4, 3, 3), dict(pads=(1, 1, 1, 1), residual="post", activation="tanh")),
     "stem_3_channels": ((1, 64, 64, 3, 16, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1), activation="silu")),
+    # SiLU as cpu_epilogue's pass: row pieces of 5-channel rows, no multiple of 16 floats, the residual after it
+    "silu_pass_tails_and_residual": ((1, 13, 7, 16, 5, 3, 3), dict(pads=(1, 1, 1, 1), activation="silu",
+                                                                   residual="post")),
 }
 
 
@@ -153,3 +156,24 @@ def test_ort_filters_that_change_between_runs():
         w = (np.random.default_rng(seed).standard_normal((32, 3, 3, 16)) / 12).astype(np.float32)
         y = session.run(None, {"x": x, "w": w})[0]
         assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="relu")) <= TOL[np.float32]
+
+
+def _avx512f() -> bool:
+    with open("/proc/cpuinfo") as f:
+        return " avx512f" in f.read()
+
+
+@needs_onednn
+@pytest.mark.parametrize("activation, residual", [("silu", "none"), ("silu", "post"), ("silu", "pre"), ("relu", "none")])
+def test_silu_runs_as_the_activation_pass_on_avx512(activation, residual):
+    """oneDNN's swish post-op costs more than the conv on thin 1x1 layers: with AVX-512, fp32 SiLU runs
+    as a pass over each piece's output (the name says so), with the same result, inputs of either sign
+    and magnitude included."""
+    shape = (1, 24, 24, 32, 48, 1, 1)
+    attrs = dict(activation=activation, residual=residual)
+    x, w, b, z = conv_inputs(np.float32, shape, **attrs)
+    x[0, :2] = np.float32(40.0) * np.sign(x[0, :2])  # outputs far into both tails of the sigmoid
+    y = registry.cpu_fused_conv(x, w, b, z, **attrs)
+    assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[np.float32]
+    in_pass = "activation pass" in _kernel(np.float32, shape, **attrs)
+    assert in_pass == (activation == "silu" and _avx512f())

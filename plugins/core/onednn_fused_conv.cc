@@ -21,6 +21,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
+#include "cpu_epilogue.h"
 #include "float_types.h"
 
 namespace epifuse {
@@ -176,18 +177,25 @@ int residual_post_op(const ConvAttributes& a) {
   return a.residual == Residual::kPost && a.activation.kind != ActivationKind::kIdentity ? 1 : 0;
 }
 
+// Where the activation runs as cpu_epilogue's pass, the primitive has no eltwise post-op, and a
+// residual added after the activation is added by the pass too.
+bool residual_in_primitive(const ConvProblem& p) {
+  return p.attr.residual == Residual::kPre ||
+         (p.attr.residual == Residual::kPost && !activation_in_pass(p.dtype, p.attr));
+}
+
 using ConvPd = dnnl::convolution_forward::primitive_desc;
 
 // The best of a few runs of `pd` on scratch buffers, in seconds (zeros: a CPU convolution's speed
 // does not depend on the values).
-double seconds(const ConvPd& pd, const ConvAttributes& a) {
+double seconds(const ConvPd& pd, const ConvProblem& p) {
   dnnl::engine& engine = cpu_engine();
   std::unordered_map<int, memory> args = {
       {DNNL_ARG_SRC, memory(pd.src_desc(), engine)}, {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), engine)},
       {DNNL_ARG_BIAS, memory(pd.bias_desc(), engine)}, {DNNL_ARG_DST, memory(pd.dst_desc(), engine)},
       {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), engine)}};
-  if (a.residual != Residual::kNone)
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(a)) | DNNL_ARG_SRC_1, memory(pd.dst_desc(), engine));
+  if (residual_in_primitive(p))
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(p.attr)) | DNNL_ARG_SRC_1, memory(pd.dst_desc(), engine));
   for (auto& [arg, m] : args) std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
   dnnl::convolution_forward conv(pd);
   dnnl::stream stream(engine);
@@ -217,10 +225,10 @@ std::optional<Primitive> create(const ConvProblem& p, const Chunk& c) {
   dnnl::post_ops ops;
   dnnl::algorithm alg;
   float alpha, beta;
-  const bool has_act = eltwise_for(a.activation, &alg, &alpha, &beta);
+  const bool has_act = !activation_in_pass(p.dtype, a) && eltwise_for(a.activation, &alg, &alpha, &beta);
   if (a.residual == Residual::kPre) ops.append_binary(dnnl::algorithm::binary_add, dst);
   if (has_act) ops.append_eltwise(alg, alpha, beta);
-  if (a.residual == Residual::kPost) ops.append_binary(dnnl::algorithm::binary_add, dst);
+  if (a.residual == Residual::kPost && residual_in_primitive(p)) ops.append_binary(dnnl::algorithm::binary_add, dst);
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -244,7 +252,7 @@ std::optional<Primitive> create(const ConvProblem& p, const Chunk& c) {
     size_t best = 0;
     if (candidates.size() > 1) {
       std::vector<double> times;
-      for (const ConvPd& candidate : candidates) times.push_back(seconds(candidate, a));
+      for (const ConvPd& candidate : candidates) times.push_back(seconds(candidate, p));
       best = static_cast<size_t>(std::min_element(times.begin(), times.end()) - times.begin());
     }
     const ConvPd& chosen = candidates[best];
@@ -318,7 +326,8 @@ OnednnConv::~OnednnConv() = default;
 std::string OnednnConv::implementation(const ConvProblem& p) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   const auto& prim = state_->primitive(p, plan(p, hardware_threads()).front());
-  return prim ? prim->impl : "";
+  if (!prim) return "";
+  return activation_in_pass(p.dtype, p.attr) ? prim->impl + " + activation pass" : prim->impl;
 }
 
 Status OnednnConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
@@ -385,13 +394,19 @@ Status OnednnConv::run(const ConvProblem& p, const void* x, const void* w, bool 
           {DNNL_ARG_BIAS, memory(prim.bias, engine, const_cast<float*>(bias))},
           {DNNL_ARG_DST, memory(prim.dst, engine, at(y, y_offset, esize))},
           {DNNL_ARG_SCRATCHPAD, memory(prim.scratchpad, engine, scratch.data())}};
-      if (p.attr.residual != Residual::kNone) {
+      if (residual_in_primitive(p)) {
         args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(p.attr)) | DNNL_ARG_SRC_1,
                      memory(prim.dst, engine, at(z, y_offset, esize)));
       }
       thread_local dnnl::stream stream(cpu_engine());
       prim.conv.execute(stream, args);
       stream.wait();
+      if (activation_in_pass(p.dtype, p.attr)) {  // the chunk's output is dense and still in cache
+        const bool add_z = p.attr.residual == Residual::kPost;
+        activation_pass(p.attr, static_cast<float*>(static_cast<void*>(at(y, y_offset, esize))),
+                        add_z ? static_cast<const float*>(static_cast<void*>(at(z, y_offset, esize))) : nullptr,
+                        c.nc * c.pc * Q * p.K);
+      }
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(error_mutex);
       if (error.empty()) error = std::string("oneDNN: ") + e.what();

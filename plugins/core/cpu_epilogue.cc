@@ -1,0 +1,68 @@
+#include "cpu_epilogue.h"
+
+// GCC 12's AVX-512 intrinsics read a deliberately undefined register (_mm512_undefined_ps) that
+// -Wmaybe-uninitialized reports at every use (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+namespace epifuse {
+namespace {
+
+bool has_avx512f() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+
+// e^x, x clamped to [-87.3, 88.3]: Cody-Waite reduction by ln 2 and Cephes' expf polynomial
+// (relative error ~1e-7), the power of two applied by vscalefps.
+__attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// x * sigmoid(x) = x / (1 + e^-x); a NaN x stays NaN through the numerator.
+__attribute__((target("avx512f"))) inline __m512 silu16(__m512 x) {
+  const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+  return _mm512_div_ps(x, _mm512_add_ps(e, _mm512_set1_ps(1.f)));
+}
+
+__attribute__((target("avx512f"))) void silu_pass(float* y, const float* z, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = silu16(_mm512_loadu_ps(y + i));
+    if (z) v = _mm512_add_ps(v, _mm512_loadu_ps(z + i));
+    _mm512_storeu_ps(y + i, v);
+  }
+  if (i < n) {  // the tail, masked
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    __m512 v = silu16(_mm512_maskz_loadu_ps(m, y + i));
+    if (z) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, z + i));
+    _mm512_mask_storeu_ps(y + i, m, v);
+  }
+}
+
+}  // namespace
+
+bool activation_in_pass(DType dtype, const ConvAttributes& a) {
+  return dtype == DType::kFloat && a.activation.kind == ActivationKind::kSilu && has_avx512f();
+}
+
+void activation_pass(const ConvAttributes& a, float* y, const float* z, int64_t n) {
+  if (a.activation.kind == ActivationKind::kSilu) silu_pass(y, z, n);
+}
+
+}  // namespace epifuse
