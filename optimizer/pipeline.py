@@ -211,13 +211,13 @@ def _describe_with(report: Report, other: Report, keep: tuple[str, ...] = ()) ->
 
 def _model_checker(report: Report, target: str, policy: FusionPolicy | None, stop_after: str | None = None,
                    weight_bytes: int = 0):
-    """The whole-model check's timer, or None where there is nothing to check: no fusion decided by
-    times measured here, a target ONNX Runtime does not run, `inspect`'s partial pipeline, or weights
-    too large to hold in two sessions at once (the report says so)."""
+    """The whole-model check's timer, or None where there is nothing to check: neither a fusion decided
+    by times measured here nor a near miss, a target ONNX Runtime does not run, `inspect`'s partial
+    pipeline, or weights too large to hold in two sessions at once (the report says so)."""
     policy = policy or FusionPolicy()
     if stop_after is not None or target not in ("ort-cpu", "ort-cuda"):
         return None
-    if not any(d.fused and d.source.startswith("measured") for d in report.decisions):
+    if not any(d.fused and d.source.startswith("measured") for d in report.decisions) and not _near_misses(report):
         return None
     check = policy.model_checker()
     if check is not None and weight_bytes > MODEL_CHECK_MAX_BYTES:
@@ -370,6 +370,9 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
 
         # largest data first, and first of all those fused unmeasured (static policy): the first dropped
         fused = sorted((d for d in report.decisions if d.fused), key=lambda d: -(d.elements or float("inf")))
+        if not fused:  # nothing to check against the original; the near misses still against this model
+            return _with_near_misses(check, original_model, optimized, target, precision, policy, report,
+                                     batches, kernel_query)
         verdict = slower_at(optimized, f"the model with all {len(fused)} fusions")
         if verdict is None:  # the check could not run: the measured decisions stand
             return optimized

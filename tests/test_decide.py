@@ -486,6 +486,23 @@ def test_a_near_miss_fuses_where_the_whole_model_with_it_runs_faster(tmp_path, w
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("with_them, kept", [(1.05, True), (1.0, False)])
+def test_near_misses_are_tried_where_nothing_fused(tmp_path, with_them, kept):
+    """Both convs a little slower alone than ORT's nodes: nothing fuses, and the model with both fused
+    runs against the unfused one; it is kept only where faster by MODEL_CHECK_GAIN."""
+    model, (a, b) = _chain(2)
+    check = FakeModelCheck(lambda ks, batch: with_them if ks else 1.0)
+    optimized, report = _optimize(model, FakeTimer({a: (11.0, 10.0), b: (11.5, 10.0)}), tmp_path=tmp_path,
+                                  target="ort-cpu", precision="fp32", model_check=check)
+    assert check.calls == [((8, 16), 1)]  # no check of the unfused model against the original
+    assert _fused_convs(report) == ([a, b] if kept else [])
+    assert [n.op_type for n in optimized.graph.node].count(contract.OP_TYPE) == (2 if kept else 0)
+    assert ("kept the model with 2 near misses fused" in report.notes) == kept
+    feeds = feeds_for(model)
+    np.testing.assert_allclose(run_ort(optimized, feeds, library=True)[0], run_ort(model, feeds)[0],
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_a_classifier_gemm_and_pool_as_near_misses_are_tried_under_their_conv_names(tmp_path):
     """The Gemm and the pool are decided under their own names where they stay unfused and under the
     conv they become where they fuse: the variant with them fused is still the one asked for."""
