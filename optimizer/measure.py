@@ -15,6 +15,7 @@ epifuse library runs), with the group's real weights in the dtype it will run in
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import json
 import math
@@ -31,6 +32,7 @@ import onnx_graphsurgeon as gs
 from . import __version__, contract
 from .costs import NHWC_POOL, NHWC_POOL_GEMV, FusionGroup
 from .graph import constant_value
+from .libraries import CUDA_LIBRARY, ORT_LIBRARY, LibraryNotFound, library_path
 
 ONNX_DTYPE = {"fp32": onnx.TensorProto.FLOAT, "fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}
 LAYOUT_GLUE = {"ReorderInput", "ReorderOutput", "Transpose"}  # ops ORT adds around a lone NCHWc conv
@@ -214,6 +216,16 @@ def transpose_model(shape, dtype: str, copies: int = 1) -> onnx.ModelProto:
     return _model(graph)
 
 
+def _build_of(library: str) -> str:
+    """Which build of an epifuse library times are for (its file's size and time): kernels change
+    between builds of one version, and the costs cache must not answer for another build's."""
+    try:
+        st = os.stat(library_path(library))
+    except (LibraryNotFound, OSError):
+        return "(not built)"
+    return f"build {hashlib.sha1(f'{st.st_size}:{st.st_mtime_ns}'.encode()).hexdigest()[:8]}"
+
+
 def _feeds(model: onnx.ModelProto, dtype: str, rng) -> dict[str, np.ndarray]:
     return {i.name: _random([d.dim_value for d in i.type.tensor_type.shape.dim], dtype, rng)
             for i in model.graph.input}
@@ -229,7 +241,7 @@ class OrtCpuTimer:
         import onnxruntime as ort
 
         self.device = f"{_cpu_name()} ({len(os.sched_getaffinity(0))} threads)"
-        self.library = f"onnxruntime {ort.__version__} cpu, epifuse {__version__}"
+        self.library = f"onnxruntime {ort.__version__} cpu, epifuse {__version__} {_build_of(ORT_LIBRARY)}"
         self._worker = None
 
     def time_pair(self, a: bytes, b: bytes, dtype: str, skip_ops=LAYOUT_GLUE) -> tuple[float, float]:
@@ -392,7 +404,7 @@ class OrtCudaTimer:
         self.ort = ort
         self.providers_for = providers_for
         self.device = cuda_device_name() or "CUDA device"
-        self.library = f"onnxruntime {ort.__version__} cuda, epifuse {__version__}"
+        self.library = f"onnxruntime {ort.__version__} cuda, epifuse {__version__} {_build_of(CUDA_LIBRARY)}"
         self.rng = np.random.default_rng(0)
         self._overhead: dict[bool, float] = {}
 
