@@ -523,12 +523,28 @@ def test_no_near_miss_variant_where_the_whole_model_check_could_not_run(tmp_path
     assert len(check.calls) == 1 and _fused_convs(report) == [a, c]
 
 
-def test_a_candidate_much_slower_alone_is_not_tried_again(tmp_path):
+def test_every_candidate_is_tried_where_the_near_misses_were_not_kept(tmp_path):
     model, (a, b, c) = _chain(3)
-    check = FakeModelCheck(lambda ks, batch: 1.2)
+    check = FakeModelCheck(lambda ks, batch: {1: 1.2, 2: 1.2, 3: 1.35}[len(ks)])
+    _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (11.0, 10.0), c: (13.0, 10.0)}),
+                          tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=check)
+    assert check.calls == [((8,), 1), ((8, 16), 1), ((8, 16, 24), 1)]
+    assert _fused_convs(report) == [a, b, c] and "kept the model with every candidate fused (2 more)" in report.notes
+
+
+@pytest.mark.parametrize("with_it, kept", [(1.32, True), (1.2, False)])
+def test_a_candidate_much_slower_alone_is_tried_with_every_candidate_fused(tmp_path, with_it, kept):
+    """b is 30% slower alone: no near miss, but the model with every candidate fused still runs against
+    the checked one, and is kept only where faster by MODEL_CHECK_GAIN."""
+    model, (a, b, c) = _chain(3)
+    check = FakeModelCheck(lambda ks, batch: with_it if len(ks) == 3 else 1.2)
     _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (13.0, 10.0), c: (10.0, 20.0)}),
                           tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=check)
-    assert check.calls == [((8, 24), 1)] and _fused_convs(report) == [a, c]
+    assert check.calls == [((8, 24), 1), ((8, 16, 24), 1)]
+    assert _fused_convs(report) == ([a, b, c] if kept else [a, c])
+    assert ("kept the model with every candidate fused (1 more)" in report.notes) == kept
+    reason = {d.node: d.reason for d in report.decisions}[b]
+    assert ("fused: the model with every candidate ran 1.100x" in reason) == kept
 
 
 def test_the_whole_model_check_runs_a_static_batch_at_its_own_size_only(tmp_path):
