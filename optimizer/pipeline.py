@@ -276,22 +276,25 @@ def _candidate(name: str, names: set[str]) -> str:
 def _with_near_misses(check, original_model, optimized, target: str, precision: str, policy: FusionPolicy,
                       report: Report, batches: list[int], kernel_query=None):
     """The checked model, or the same with more candidates fused where that model runs faster than it
-    at every batch size (both against each other, interleaved): first the near misses, then, where
-    that is not kept, every measured candidate. Each candidate was timed alone, and in the model the
-    Transposes it saves, the caches its neighbours share and the activation passes it spares weigh
-    otherwise (on a 2-core CPU whole models fused everywhere beat the per-candidate decisions by 5-10%)."""
-    tried: list[set[str]] = []
-    for misses, them in ((_near_misses(report), "the near misses"), (_near_misses(report, None), "every candidate")):
-        if not misses or misses in tried:
+    at every batch size (both against each other, interleaved): first the near misses, then every
+    measured candidate left, each against the model kept so far. Each candidate was timed alone, and
+    in the model the Transposes it saves, the caches its neighbours share and the activation passes it
+    spares weigh otherwise (on a 2-core CPU whole models fused everywhere beat the per-candidate
+    decisions by 5-10%)."""
+    not_kept: list[set[str]] = []
+    for limit, them in ((NEAR_MISS, "the near misses"), (None, "every candidate")):
+        misses = _near_misses(report, limit)
+        if not misses or misses in not_kept:  # nothing left, or a variant already run and not kept
             continue
-        tried.append(misses)
         n = len(misses)
-        what = (f"with {n} near miss{'es' if n > 1 else ''} fused" if them == "the near misses"
+        what = (f"with {n} near miss{'es' if n > 1 else ''} fused" if limit is not None
                 else f"with every candidate fused ({n} more)")
         kept = _with_fused(check, original_model, optimized, target, precision, policy, report, batches,
                            kernel_query, misses, what, them)
-        if kept is not None:
-            return kept
+        if kept is None:
+            not_kept.append(misses)
+        else:
+            optimized = kept
     return optimized
 
 

@@ -523,6 +523,17 @@ def test_no_near_miss_variant_where_the_whole_model_check_could_not_run(tmp_path
     assert len(check.calls) == 1 and _fused_convs(report) == [a, c]
 
 
+def test_every_candidate_is_tried_against_the_model_with_the_near_misses_kept(tmp_path):
+    model, (a, b, c) = _chain(3)
+    check = FakeModelCheck(lambda ks, batch: {1: 1.2, 2: 1.3, 3: 1.45}[len(ks)])
+    _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (11.0, 10.0), c: (13.0, 10.0)}),
+                          tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=check)
+    assert check.calls == [((8,), 1), ((8, 16), 1), ((8, 16, 24), 1)]  # the last against (8, 16): 1.115x
+    assert _fused_convs(report) == [a, b, c]
+    assert "kept the model with 1 near miss fused" in report.notes
+    assert "kept the model with every candidate fused (1 more)" in report.notes
+
+
 def test_every_candidate_is_tried_where_the_near_misses_were_not_kept(tmp_path):
     model, (a, b, c) = _chain(3)
     check = FakeModelCheck(lambda ks, batch: {1: 1.2, 2: 1.2, 3: 1.35}[len(ks)])
