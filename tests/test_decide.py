@@ -453,6 +453,15 @@ def test_a_slower_model_keeps_the_fusions_on_its_smallest_tensors_where_those_ar
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("half, kept", [(1.005, False), (1.02, True)])
+def test_a_fallback_variant_must_gain_as_a_near_miss_variant_must(tmp_path, half, kept):
+    model, (a, b) = _chain(2)
+    check = FakeModelCheck(lambda ks, batch: 0.9 if len(ks) == 2 else half)
+    _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
+                          target="ort-cpu", precision="fp32", model_check=check)
+    assert _fused_convs(report) == ([a] if kept else [])
+
+
 def test_a_model_not_slower_as_a_whole_keeps_its_fusions(tmp_path):
     model, (a, b) = _chain(2, batch="N")
     check = FakeModelCheck(_by_batch({1: 1.2, 16: 0.995}))  # within noise of 1: not slower
