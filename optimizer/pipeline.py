@@ -45,9 +45,11 @@ MODEL_CHECK_ROUNDS = 15  # interleaved rounds of the whole-model check, per batc
 # The check holds the original and the optimized model in two sessions at once (on the CPU each with its
 # prepacked filters: about 4x the weights); above this it is left to `epifuse compare`.
 MODEL_CHECK_MAX_BYTES = 2**30
-# A model is slower where three rounds in four were (compare's "slower") or its median is below this:
-# never-slower means at least 0.97x, and the check's 15 rounds on a noisy CPU spread a few percent.
-MODEL_CHECK_FLOOR = 0.98
+# A model is slower where three rounds in four were (compare's "slower") or its median is below this,
+# by target: never-slower means at least 0.97x. On a GPU the check's rounds agree within a percent, and
+# 0.98 leaves room for that; on a small shared CPU they spread +-5%, a model at 0.95x passed 0.98 now and
+# then, and the fusions of a model that shows no gain as a whole are not worth that risk.
+MODEL_CHECK_FLOOR = {"ort-cpu": 1.0, "ort-cuda": 0.98}
 # A measured candidate left out that was at most this much slower than the runtime's nodes alone may
 # still win inside its region (the Transposes around it cost more in the model than timed alone): the
 # check also runs the model with these fused and keeps it where it is faster by MODEL_CHECK_GAIN.
@@ -374,7 +376,7 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
         graph_of = load_model_split(original)[0] if isinstance(original, str) else original
         batches = _batches_to_check(graph_of, policy.batches)
 
-        def slower_at(model: onnx.ModelProto | str, what: str, floor: float = MODEL_CHECK_FLOOR) -> str | None:
+        def slower_at(model: onnx.ModelProto | str, what: str, floor: float = MODEL_CHECK_FLOOR[target]) -> str | None:
             """Why `model` is slower than the original ("" where it is not), None where it cannot run."""
             try:
                 for batch in batches:

@@ -453,6 +453,16 @@ def test_a_slower_model_keeps_the_fusions_on_its_smallest_tensors_where_those_ar
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("target, precision, kept", [("ort-cpu", "fp32", False), ("ort-cuda", "fp16", True)])
+def test_a_whole_model_at_099x_is_slower_on_the_cpu_only(tmp_path, target, precision, kept):
+    """The check's floor by target: 0.98x on a GPU, whose rounds agree; 1.0x on a CPU, whose spread."""
+    model, (a, b) = _chain(2)
+    check = FakeModelCheck(lambda ks, batch: 0.99)
+    _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
+                          target=target, precision=precision, model_check=check)
+    assert _fused_convs(report) == ([a, b] if kept else [])
+
+
 @pytest.mark.parametrize("half, kept", [(1.005, False), (1.02, True)])
 def test_a_fallback_variant_must_gain_as_a_near_miss_variant_must(tmp_path, half, kept):
     model, (a, b) = _chain(2)
