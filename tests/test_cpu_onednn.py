@@ -164,7 +164,8 @@ def _avx512f() -> bool:
 
 
 @needs_onednn
-@pytest.mark.parametrize("activation, residual", [("silu", "none"), ("silu", "post"), ("silu", "pre"), ("relu", "none")])
+@pytest.mark.parametrize("activation, residual",
+                         [("silu", "none"), ("silu", "post"), ("silu", "pre"), ("relu", "none")])
 def test_silu_runs_as_the_activation_pass_on_avx512(activation, residual):
     """oneDNN's swish post-op costs more than the conv on thin 1x1 layers: with AVX-512, fp32 SiLU runs
     as a pass over each piece's output (the name says so), with the same result, inputs of either sign

@@ -103,7 +103,7 @@ def _in_an_activation(node: gs.Node, depth: int = 5) -> bool:
     for _ in range(depth):
         roots = [t for n in frontier for t in n.inputs if constant_value(t) is None and id(t) not in seen]
         seen.update(id(t) for t in roots)
-        if any((m := match_activation(t)) is not None and node in m.nodes for t in roots):
+        if any((m := match_activation(t)) is not None and any(n is node for n in m.nodes) for t in roots):
             return True
         frontier = [p for t in roots if (p := producer(t)) is not None]
     return False

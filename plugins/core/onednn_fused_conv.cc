@@ -194,8 +194,10 @@ double seconds(const ConvPd& pd, const ConvProblem& p) {
       {DNNL_ARG_SRC, memory(pd.src_desc(), engine)}, {DNNL_ARG_WEIGHTS, memory(pd.weights_desc(), engine)},
       {DNNL_ARG_BIAS, memory(pd.bias_desc(), engine)}, {DNNL_ARG_DST, memory(pd.dst_desc(), engine)},
       {DNNL_ARG_SCRATCHPAD, memory(pd.scratchpad_desc(), engine)}};
-  if (residual_in_primitive(p))
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(p.attr)) | DNNL_ARG_SRC_1, memory(pd.dst_desc(), engine));
+  if (residual_in_primitive(p)) {
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(p.attr)) | DNNL_ARG_SRC_1,
+                 memory(pd.dst_desc(), engine));
+  }
   for (auto& [arg, m] : args) std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
   dnnl::convolution_forward conv(pd);
   dnnl::stream stream(engine);
