@@ -18,10 +18,10 @@ from .contract import CUDA_TARGETS, PRECISIONS, TARGETS
 from .costs import Costs, CostTable, FileCosts, MeasuredCosts, default_cache_path
 from .decide import MODES, Decider
 from .errors import EpifuseError
+from .passes.activation_ops import activation_ops
 from .passes.canonicalize import canonicalize
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
-from .passes.activation_ops import activation_ops
 from .passes.fold_affine import fold_affine
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
@@ -275,8 +275,8 @@ def _candidate(name: str, names: set[str]) -> str:
     return name
 
 
-def _with_near_misses(check, original_model, optimized, target: str, precision: str, policy: FusionPolicy,
-                      report: Report, batches: list[int], kernel_query=None):
+def _with_more_fused(check, original_model, optimized, target: str, precision: str, policy: FusionPolicy,
+                     report: Report, batches: list[int], kernel_query=None):
     """The checked model, or the same with more candidates fused where that model runs faster than it
     at every batch size (both against each other, interleaved): first the near misses, then every
     measured candidate left, each against the model kept so far. Each candidate was timed alone, and
@@ -393,15 +393,13 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
 
         # largest data first, and first of all those fused unmeasured (static policy): the first dropped
         fused = sorted((d for d in report.decisions if d.fused), key=lambda d: -(d.elements or float("inf")))
-        if not fused:  # nothing to check against the original; the near misses still against this model
-            return _with_near_misses(check, original_model, optimized, target, precision, policy, report,
-                                     batches, kernel_query)
-        verdict = slower_at(optimized, f"the model with all {len(fused)} fusions")
+        # nothing fused: nothing to check against the original, the variants still run against this model
+        verdict = slower_at(optimized, f"the model with all {len(fused)} fusions") if fused else ""
         if verdict is None:  # the check could not run: the measured decisions stand
             return optimized
         if verdict == "":
-            return _with_near_misses(check, original_model, optimized, target, precision, policy, report,
-                                     batches, kernel_query)
+            return _with_more_fused(check, original_model, optimized, target, precision, policy, report,
+                                    batches, kernel_query)
         tried = {len(fused)}
         for share in (2, 4):
             keep = len(fused) // share
