@@ -56,6 +56,17 @@ def gs_graph(model: onnx.ModelProto) -> gs.Graph:
     return gs.import_onnx(onnx.shape_inference.infer_shapes(model))
 
 
+def run_pass(graph_pass, model: onnx.ModelProto, *args):
+    """`graph_pass(graph, report, *args)` on `model`: (the rewritten model, checked by onnx.checker, the report)."""
+    from optimizer.report import Report
+
+    report = Report()
+    out = gs.export_onnx(graph_pass(gs.import_onnx(model), report, *args))
+    out.ir_version = model.ir_version
+    onnx.checker.check_model(out)
+    return out, report
+
+
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "plugins" / "kernels"
 _MANIFEST_COLUMNS = {
     "SM90_GEMM": ("name", "tu", "dtypes", "tile_m", "tile_n", "tile_k", "schedule", "scheduler", "acts", "residual",

@@ -4,14 +4,12 @@ broadcast along any other axis, Div by zero, c / y, shared outputs and fp16 over
 are; after the fold, the activation behind the affine fuses into the FusedConv."""
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from optimizer.passes.fold_affine import fold_affine
 from optimizer.pipeline import FusionPolicy, optimize_model
-from optimizer.report import Report
-from tests.helpers import ops, rel_l2, run_ort
+from tests.helpers import ops, rel_l2, run_ort, run_pass
 
 K, C = 6, 4
 
@@ -37,10 +35,7 @@ def _model(tail, consts, dtype=np.float32, conv="Conv", bias=True, outputs=("y",
 
 
 def _fold(model):
-    report = Report()
-    out = gs.export_onnx(fold_affine(gs.import_onnx(model), report))
-    out.ir_version = model.ir_version
-    return out, report
+    return run_pass(fold_affine, model)
 
 
 def _feeds(dtype=np.float32):

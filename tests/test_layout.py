@@ -2,13 +2,11 @@
 need NCHW keep a transpose on each side (the region edge)."""
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from optimizer.passes.layout import layout
-from optimizer.report import Report
-from tests.helpers import ops, rel_l2, run_ort
+from tests.helpers import ops, rel_l2, run_ort, run_pass
 
 N, H, W, C = 2, 6, 8, 4
 
@@ -29,11 +27,7 @@ def _sandwich(body, n_inputs=1, n_outputs=1, inits=(), opset=17):
 
 
 def _layout(model):
-    report = Report()
-    out = gs.export_onnx(layout(gs.import_onnx(model), report))
-    out.ir_version = model.ir_version
-    onnx.checker.check_model(out)
-    return out, report
+    return run_pass(layout, model)
 
 
 def _same_numerics(a, b, n_inputs=1):
