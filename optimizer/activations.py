@@ -230,6 +230,19 @@ def _product_activation(x: gs.Tensor, start: gs.Node) -> ActivationMatch | None:
     return None
 
 
+def match_replaceable_activation(graph: gs.Graph, x: gs.Tensor) -> ActivationMatch | None:
+    """match_activation(x) where its nodes can go: every tensor they write but the activation's output is
+    read only inside the pattern and is no graph output."""
+    match = match_activation(x)
+    if match is None:
+        return None
+    inside = {id(n) for n in match.nodes}
+    for t in (t for n in match.nodes for t in n.outputs if t is not match.output):
+        if t in graph.outputs or any(id(c) not in inside for c in t.outputs):
+            return None
+    return match
+
+
 def match_activation(x: gs.Tensor) -> ActivationMatch | None:
     """The activation applied to `x`, if every consumer of `x` belongs to one recognised pattern."""
     consumers = x.outputs

@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from ..activations import match_activation
+from ..activations import match_replaceable_activation
 from ..report import Report
 
 HARDSWISH_OPSET, HARDSIGMOID_OPSET = 14, 6
-
-
-def _internal(match, graph: gs.Graph) -> bool:
-    """Every tensor the pattern's nodes write, but its output, is read only inside the pattern."""
-    inside = {id(n) for n in match.nodes}
-    return all(t is match.output or (t not in graph.outputs and all(id(c) in inside for c in t.outputs))
-               for n in match.nodes for t in n.outputs)
 
 
 def activation_ops(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
@@ -29,10 +22,8 @@ def activation_ops(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
     for x in [t for t in graph.tensors().values() if isinstance(t, gs.Variable) and t.outputs]:
         if any(not c.outputs for c in x.outputs):
             continue  # read by a node this pass has already replaced
-        match = match_activation(x)
+        match = match_replaceable_activation(graph, x)
         if match is None or len(match.nodes) < 2 or match.name != "hardswish":
-            continue
-        if not _internal(match, graph):
             continue
         y = match.output
         for node in match.nodes:

@@ -28,7 +28,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from .. import contract, registry
-from ..activations import ActivationMatch, match_activation
+from ..activations import ActivationMatch, match_replaceable_activation
 from ..decide import Decider, Verdict
 from ..graph import (NCHW_TO_NHWC, NHWC_TO_NCHW, add_transpose, constant_value, depends_on,
                      ensure_domain, itemsize, make_constant, make_variable, numel_per_image, same_shape,
@@ -110,10 +110,7 @@ def _residual_add(graph: gs.Graph, t: gs.Tensor) -> tuple[gs.Node, gs.Tensor] | 
 def _activation(graph: gs.Graph, t: gs.Tensor) -> ActivationMatch | None:
     if t in graph.outputs:
         return None
-    match = match_activation(t)
-    if match is None or any(o in graph.outputs for n in match.nodes for o in n.outputs if o is not match.output):
-        return None
-    return match
+    return match_replaceable_activation(graph, t)
 
 
 def _candidates(graph: gs.Graph, y: gs.Tensor) -> list[Candidate]:
