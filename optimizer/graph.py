@@ -165,6 +165,24 @@ def concrete_shapes(graph: gs.Graph, batch: int, rounds: int = 8) -> dict[str, t
     so later shapes stay unknown while the batch is symbolic. Here, on a light copy (weights as typed
     inputs), shape inference and the folding of those integer computations into constants alternate
     until nothing changes. Only fully known shapes are returned."""
+    light = _light_copy(graph)
+    for t in light.inputs:
+        if t.shape and not (isinstance(t.shape[0], int) and t.shape[0] > 0):
+            t.shape = [batch, *t.shape[1:]]
+    shapes: dict[str, tuple[int, ...]] = {}
+    for _ in range(rounds):
+        inferred = _inferred_shapes(light)
+        if inferred is None:
+            break
+        shapes = {name: tuple(dims) for name, dims in inferred.items()
+                  if dims and all(isinstance(d, int) and d > 0 for d in dims)}
+        if not _fold_shape_arithmetic(light, shapes):
+            break
+    return shapes
+
+
+def _light_copy(graph: gs.Graph) -> gs.Graph:
+    """A copy of `graph` whose weights are typed inputs (shape inference reads no weights)."""
     light = graph.copy()
     for t in list(light.tensors().values()):
         if isinstance(t, gs.Constant) and t.values.size > 64:  # shape-like constants stay for the folding
@@ -172,27 +190,34 @@ def concrete_shapes(graph: gs.Graph, batch: int, rounds: int = 8) -> dict[str, t
             t.to_variable(dtype=dtype, shape=shape)
             t.type = "tensor_type"  # to_variable leaves it unset in onnx-graphsurgeon 0.5-0.6
             light.inputs.append(t)
-    for t in light.inputs:
-        if t.shape and not (isinstance(t.shape[0], int) and t.shape[0] > 0):
-            t.shape = [batch, *t.shape[1:]]
-    shapes: dict[str, tuple[int, ...]] = {}
-    for _ in range(rounds):
-        for t in light.tensors().values():
-            if isinstance(t, gs.Variable) and t not in light.inputs:
-                t.shape = None  # inferred afresh from the fixed inputs
-        try:
-            model = onnx.shape_inference.infer_shapes(gs.export_onnx(light, do_type_check=False), strict_mode=False,
-                                                      data_prop=True)
-        except Exception:  # noqa: BLE001 (an op the inference cannot handle: keep what is known)
-            break
-        shapes = {}
-        for vi in [*model.graph.value_info, *model.graph.output, *model.graph.input]:
-            dims = vi.type.tensor_type.shape.dim
-            if dims and all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
-                shapes[vi.name] = tuple(d.dim_value for d in dims)
-        if not _fold_shape_arithmetic(light, shapes):
-            break
-    return shapes
+    return light
+
+
+def _inferred_shapes(light: gs.Graph) -> dict[str, list] | None:
+    """Every tensor's shape inferred afresh from `light`'s inputs (ints, dim_param names, None), with
+    ONNX's data propagation; None where the inference fails."""
+    for t in light.tensors().values():
+        if isinstance(t, gs.Variable) and t not in light.inputs:
+            t.shape = None
+    try:
+        model = onnx.shape_inference.infer_shapes(gs.export_onnx(light, do_type_check=False), strict_mode=False,
+                                                  data_prop=True)
+    except Exception:  # noqa: BLE001 (an op the inference cannot handle: keep what is known)
+        return None
+    return {vi.name: [d.dim_value if d.HasField("dim_value") else d.dim_param or None
+                      for d in vi.type.tensor_type.shape.dim]
+            for vi in [*model.graph.value_info, *model.graph.output, *model.graph.input]
+            if vi.type.tensor_type.HasField("shape")}
+
+
+def infer_shapes_again(graph: gs.Graph) -> None:
+    """Shapes inferred afresh, written onto `graph`'s tensors where known (after a rewrite that lets
+    inference see further, such as a Reshape shape made constant)."""
+    inferred = _inferred_shapes(_light_copy(graph))
+    for name, t in graph.tensors().items():
+        dims = (inferred or {}).get(name)
+        if isinstance(t, gs.Variable) and t not in graph.inputs and dims is not None:
+            t.shape = dims
 
 
 _SHAPE_OPS = {"Shape", "Gather", "Add", "Sub", "Mul", "Div", "Concat", "Unsqueeze", "Squeeze", "Cast", "Slice",

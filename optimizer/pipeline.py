@@ -1,4 +1,4 @@
-"""The optimizer pipeline: load → canonicalize → fold BN → fuse → small pools as convs, fused (ort-cuda) → layout →
+"""The optimizer pipeline: load → canonicalize → shape arithmetic to constants → fold BN → fuse → small pools as convs, fused (ort-cuda) → layout →
 GPU pools (ort-cuda fp16) → precision →
 input layout (ort-cuda) → cleanup → whole-model check (where fusions were measured here) → save."""
 from __future__ import annotations
@@ -25,13 +25,14 @@ from .passes.fc_as_conv import fc_as_conv
 from .passes.fold_affine import fold_affine
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
-from .passes.nhwc_pools import nhwc_pools
 from .passes.input_layout import input_layout
 from .passes.layout import layout
 from .passes.load import load_model, load_model_split, validate
+from .passes.nhwc_pools import nhwc_pools
 from .passes.pool_as_conv import pool_as_conv
 from .passes.precision import precision as convert_precision
 from .passes.save import check_output_path, save_model
+from .passes.shape_constants import shape_constants
 from .proto import SplitModel, skeleton
 from .report import Report
 
@@ -453,6 +454,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     defaults = _overridable_initializers(graph, template)
     with _timed(report, "canonicalize", progress, free_memory):
         graph = canonicalize(graph, report)
+    with _timed(report, "shape_constants", progress, free_memory):
+        graph = shape_constants(graph, report)
     decider = make_decider(policy or FusionPolicy(), target, precision, report)
     if decider.allow_tf32:
         report.notes.append("fp32 FusedConvs may compute in TF32 on the tensor cores (allow_tf32), as ORT's own "
