@@ -19,6 +19,7 @@ from .costs import Costs, CostTable, FileCosts, MeasuredCosts, default_cache_pat
 from .decide import MODES, Decider
 from .errors import EpifuseError
 from .passes.activation_ops import activation_ops
+from .passes.affine_to_batchnorm import affine_to_batchnorm
 from .passes.canonicalize import canonicalize
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
@@ -491,6 +492,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     if stop_after != "fuse":
         with _timed(report, "layout", progress, free_memory):
             graph = layout(graph, report)
+        with _timed(report, "affine_to_batchnorm", progress, free_memory):  # the pairs layout left in NCHW
+            graph = affine_to_batchnorm(graph, report, precision)
         with _timed(report, "nhwc_pools", progress, free_memory):  # on the NHWC pools layout leaves
             graph = nhwc_pools(graph, report, target, precision)
         with _timed(report, "precision", progress, free_memory):  # after layout: Casts only where regions end
