@@ -1,6 +1,7 @@
-"""The optimizer pipeline: load → canonicalize → shape arithmetic to constants → fold BN → fuse → small pools as convs, fused (ort-cuda) → layout →
-GPU pools (ort-cuda fp16) → precision →
-input layout (ort-cuda) → cleanup → whole-model check (where fusions were measured here) → save."""
+"""The optimizer pipeline: load → canonicalize → shape arithmetic to constants → fold BN → fold per-channel
+affines → activation ops (ort-cpu) → fuse → small pools as convs, fused → layout → unfolded BNs back to
+BatchNormalization (fp32) → NHWC pools → precision → input layout (ort-cuda) → cleanup → whole-model check
+(where fusions were measured here) → save."""
 from __future__ import annotations
 
 import gc
