@@ -216,14 +216,15 @@ def _describe_with(report: Report, other: Report, keep: tuple[str, ...] = ()) ->
 
 def _model_checker(report: Report, target: str, policy: FusionPolicy | None, stop_after: str | None = None,
                    weight_bytes: int = 0):
-    """The whole-model check's timer, or None where there is nothing to check: neither a fusion decided
-    by times measured here nor a near miss, a target ONNX Runtime does not run, `inspect`'s partial
-    pipeline, or weights too large to hold in two sessions at once (the report says so)."""
+    """The whole-model check's timer, or None where there is nothing to check: no candidate timed here,
+    a target ONNX Runtime does not run, `inspect`'s partial pipeline, or weights too large to hold in two
+    sessions at once (the report says so). Where nothing fuses the check still runs: the rewrites that
+    are not fusions change the model too."""
     policy = policy or FusionPolicy()
     if stop_after is not None or target not in ("ort-cpu", "ort-cuda"):
         return None
-    if not any(d.fused and d.source.startswith("measured") for d in report.decisions) and not _near_misses(report):
-        return None
+    if not any(d.source.startswith("measured") for d in report.decisions):
+        return None  # nothing timed on this machine: the check would time on another than the decisions
     check = policy.model_checker()
     if check is not None and weight_bytes > MODEL_CHECK_MAX_BYTES:
         report.notes.append(f"whole-model check not run: {weight_bytes / 2**30:.1f} GiB of weights, over "
@@ -351,6 +352,23 @@ def _with_fused(check, original_model, optimized, target: str, precision: str, p
     return optimized if variant_path is not None else variant
 
 
+def _unfused_or_original(unfused, slower_at, original_model, precision: str, report: Report):
+    """`unfused` (nothing fused, the other rewrites made), or the original itself where `unfused` runs
+    slower than it: those rewrites are each meant to be faster, but ONNX Runtime has its own ways
+    (DenseNet-121's unfolded BatchNorms as Mul + Add read 0.87x on a CPU). fp32 only: in fp16 and bf16
+    the check's reference is `unfused` itself."""
+    if precision != "fp32":
+        return unfused
+    verdict = slower_at(unfused, "the model with nothing fused")
+    if not verdict:  # not slower, or the check could not run
+        return unfused
+    report.notes.append(f"{verdict}: the original kept as it is")
+    plain = Report(target=report.target, precision=report.precision, nodes_before=report.nodes_before,
+                   nodes_after=report.nodes_before, ops_before=report.ops_before, ops_after=dict(report.ops_before))
+    _describe_with(report, plain, keep=("decisions", "costs"))
+    return original_model()
+
+
 def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, target: str,
                        precision: str, policy: FusionPolicy | None, report: Report, progress=None,
                        kernel_query=None) -> onnx.ModelProto | str:
@@ -401,8 +419,11 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
         if verdict is None:  # the check could not run: the measured decisions stand
             return optimized
         if verdict == "":
-            return _with_more_fused(check, original_model, optimized, target, precision, policy, report,
+            kept = _with_more_fused(check, original_model, optimized, target, precision, policy, report,
                                     batches, kernel_query)
+            if fused or any(d.fused for d in report.decisions):
+                return kept
+            return _unfused_or_original(kept, slower_at, original_model, precision, report)
         tried = {len(fused)}
         for share in (2, 4):
             keep = len(fused) // share
@@ -430,7 +451,8 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
             if d.fused:
                 d.fused, d.reason = False, f"{d.reason}; dropped: {verdict}"
         report.notes.append(f"{verdict}: every fusion dropped (BatchNorms still folded)")
-        return unfused_model(original_model(), target, precision, report)
+        return _unfused_or_original(unfused_model(original_model(), target, precision, report), slower_at,
+                                    original_model, precision, report)
     finally:
         # timing on the target, like the candidates' measurements: counted as measuring, not as a pass
         report.pass_seconds["measure"] = report.pass_seconds.get("measure", 0.0) + time.perf_counter() - start

@@ -416,10 +416,11 @@ def _by_batch(speedups: dict[int, float]):
 
 def test_a_model_slower_as_a_whole_at_one_batch_size_comes_back_unfused(tmp_path):
     model, (a, b) = _chain(2, batch="N")
-    check = FakeModelCheck(_by_batch({1: 1.3, 16: 0.93}))
+    check = FakeModelCheck(lambda ks, batch: {1: 1.3, 16: 0.93}[batch] if ks else 1.0)
     optimized, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
                                   target="ort-cpu", precision="fp32", batches=(1, 16), model_check=check)
-    assert check.calls == [((8, 16), 1), ((8, 16), 16), ((8,), 1), ((8,), 16)]  # all, then the smaller half
+    # all, then the smaller half, then the model with nothing fused against the original
+    assert check.calls == [((8, 16), 1), ((8, 16), 16), ((8,), 1), ((8,), 16), ((), 1), ((), 16)]
     ops = [n.op_type for n in optimized.graph.node]
     assert contract.OP_TYPE not in ops and "BatchNormalization" not in ops and "Transpose" not in ops
     assert _fused_convs(report) == [] and report.fused_count() == 0
@@ -513,7 +514,8 @@ def test_near_misses_are_tried_where_nothing_fused(tmp_path, with_them, kept):
     check = FakeModelCheck(lambda ks, batch: with_them if ks else 1.0)
     optimized, report = _optimize(model, FakeTimer({a: (11.0, 10.0), b: (11.5, 10.0)}), tmp_path=tmp_path,
                                   target="ort-cpu", precision="fp32", model_check=check)
-    assert check.calls == [((8, 16), 1)]  # no check of the unfused model against the original
+    # where the variant is not kept, the model with nothing fused runs against the original
+    assert check.calls == [((8, 16), 1)] + ([] if kept else [((), 1)])
     assert _fused_convs(report) == ([a, b] if kept else [])
     assert [n.op_type for n in optimized.graph.node].count(contract.OP_TYPE) == (2 if kept else 0)
     assert ("kept the model with 2 near misses fused" in report.notes) == kept
@@ -584,11 +586,27 @@ def test_the_whole_model_check_runs_a_static_batch_at_its_own_size_only(tmp_path
     assert check.batches == [3]
 
 
-def test_no_whole_model_check_without_a_measured_fusion_or_when_turned_off(tmp_path):
+@pytest.mark.parametrize("unfused, original_kept", [(0.95, True), (1.0, False)])
+def test_where_nothing_fuses_the_model_still_runs_against_the_original(tmp_path, unfused, original_kept):
+    """The rewrites that are not fusions (BatchNorms folded, ...) change the model too: where nothing
+    fused and it runs slower than the original, the original is written as it is (fp32)."""
+    model, (a,) = _chain(1)
+    check = FakeModelCheck(lambda ks, batch: unfused)
+    optimized, report = _optimize(model, FakeTimer({a: (30.0, 20.0)}), tmp_path=tmp_path, target="ort-cpu",
+                                  precision="fp32", model_check=check)
+    # the variant with every candidate fused first (not faster than the model without), then that model
+    assert check.calls == [((8,), 1), ((), 1)] and _fused_convs(report) == []
+    assert ("BatchNormalization" in [n.op_type for n in optimized.graph.node]) == original_kept
+    assert (optimized.graph == model.graph) == original_kept
+    assert any(n.endswith("the original kept as it is") for n in report.notes) == original_kept
+    assert (report.nodes_after == report.nodes_before and not report.bn_folded) == original_kept
+
+
+def test_no_whole_model_check_without_a_measured_candidate_or_when_turned_off(tmp_path):
     model, (a,) = _chain(1)
     check = FakeModelCheck(_by_batch({1: 0.5}))
-    _, slower = _optimize(model, FakeTimer({a: (30.0, 20.0)}), tmp_path=tmp_path, model_check=check)
-    assert check.batches == [] and _fused_convs(slower) == []
+    optimize_model(model, target="ort-cuda", precision="fp16", policy=FusionPolicy(mode="static", model_check=check))
+    assert check.batches == []  # the static policy timed nothing here
     _, off = _optimize(model, FakeTimer({a: (10.0, 20.0)}), tmp_path=tmp_path / "x", model_check=False)
     assert _fused_convs(off) == [a]
     assert FusionPolicy(timer=FakeTimer({})).model_checker() is None  # a test's timer: no real run by default
@@ -624,6 +642,22 @@ def test_optimize_file_checks_the_written_model_and_rewrites_it_with_the_kept_fu
     feeds = feeds_for(model)
     np.testing.assert_allclose(run_ort(written, feeds, library=True)[0], run_ort(model, feeds)[0],
                                rtol=1e-4, atol=1e-5)
+
+
+def test_optimize_file_writes_the_original_where_the_model_with_nothing_fused_is_slower(tmp_path):
+    model, (a,) = _chain(1)
+    src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)
+    check = FakeModelCheck(lambda ks, batch: 0.95)
+    policy = FusionPolicy(mode="auto", timer=FakeTimer({a: (30.0, 20.0)}), model_check=check,
+                          cache_path=str(tmp_path / "cache.json"))
+    report = optimize_file(str(src), str(out), target="ort-cpu", policy=policy)
+    assert check.calls[-1] == ((), 1) and report.fused_count() == 0
+    written, original = onnx.load(out).graph, onnx.load(src).graph
+    assert list(written.node) == list(original.node)  # BatchNormalization and all, as the input had them
+    assert {t.name: onnx.numpy_helper.to_array(t).tolist() for t in written.initializer} == \
+        {t.name: onnx.numpy_helper.to_array(t).tolist() for t in original.initializer}
+    assert [p.name for p in tmp_path.iterdir() if p.name not in ("in.onnx", "out.onnx", "cache.json")] == []
 
 
 @pytest.mark.parametrize("with_it, kept", [(1.32, True), (1.2, False)])
