@@ -133,3 +133,23 @@ def test_a_symbol_named_twice_in_an_input_is_not_trusted():
     feeds = {"x": np.random.default_rng(0).standard_normal((2, 4, 5, 6)).astype(np.float32)}
     for u, v in zip(run_ort(model, feeds), run_ort(out, feeds)):
         assert u.shape == v.shape == (2, 4, 5, 6) and np.array_equal(u, v)
+
+
+def test_a_scalar_stays_a_scalar():
+    """MobileViT's unfold: batch * channels (a symbolic size times a known scalar) unsqueezed into a Reshape
+    shape. The known scalar becomes a 0-D constant, not a 1-element vector: Mul's output keeps its rank,
+    and so do the Unsqueeze and Concat after it."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Shape", ["r"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+             helper.make_node("Gather", ["s", "i1"], ["c"], axis=0),
+             helper.make_node("Mul", ["b", "c"], ["bc"]),
+             helper.make_node("Unsqueeze", ["bc", "zero_axis"], ["bc1"]),
+             helper.make_node("Concat", ["bc1", "minus_one"], ["shape"], axis=0),
+             helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    model = _model(nodes, INDICES | {"minus_one": [-1]}, ["batch", 4, 5, 6])
+    out, report = run_pass(shape_constants, model)
+    assert report.canonicalized["shape arithmetic → constant"] == 1  # c = 4, a scalar
+    assert [list(numpy_helper.to_array(i).shape) for i in out.graph.initializer if i.name.startswith("c_")] == [[]]
+    onnx.shape_inference.infer_shapes(out, strict_mode=True)
+    _same_outputs(model, out, (4, 5, 6))
