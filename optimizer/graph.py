@@ -141,7 +141,10 @@ def unique_name(graph: gs.Graph, base: str) -> str:
 
 
 def make_constant(graph: gs.Graph, base: str, values: np.ndarray) -> gs.Constant:
-    return gs.Constant(unique_name(graph, base), np.ascontiguousarray(values))
+    """A constant of `values`, C-contiguous, its rank kept (np.ascontiguousarray alone makes a scalar a
+    1-element vector: a Clip bound, a size in shape arithmetic must stay 0-D)."""
+    a = np.asarray(values)
+    return gs.Constant(unique_name(graph, base), a if a.flags.c_contiguous else np.ascontiguousarray(a))
 
 
 def make_variable(graph: gs.Graph, base: str, dtype=None, shape=None) -> gs.Variable:

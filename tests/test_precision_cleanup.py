@@ -45,6 +45,20 @@ def test_fp16_on_gpu_targets_casts_only_at_the_edges():
     assert rel_l2(run_ort(out, feeds)[0], run_ort(m, feeds)[0]) < 2e-3
 
 
+
+def test_scalar_constants_stay_scalars_in_fp16():
+    """Clip's bounds must be scalars (ONNX's schema; ORT lets a 1-element vector pass): converted to fp16
+    they keep their empty shape."""
+    g = helper.make_graph([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+                          [numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    out = _convert(m, "fp16", "ort-cuda")
+    bounds = [i for i in out.graph.initializer if i.name.startswith(("lo", "hi"))]
+    assert [(i.data_type, list(i.dims)) for i in bounds] == [(TensorProto.FLOAT16, [])] * 2
+
 @pytest.mark.parametrize("opset, expected", [
     (17, ["Cast", "Relu", "Cast", "HardSwish", "Cast", "Add", "Cast"]),  # HardSwish takes bfloat16 from opset 22
     (22, ["Cast", "Relu", "HardSwish", "Add", "Cast"]),

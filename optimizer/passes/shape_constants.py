@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from ..graph import constant_value, infer_shapes_again, make_constant, replace_uses, set_inputs, shape_of, unique_name
+from ..graph import constant_value, infer_shapes_again, make_constant, replace_uses, set_inputs, shape_of
 from ..report import Report
 
 Element = int | str | None  # a number, a symbolic dimension's name, unknown
@@ -154,10 +154,7 @@ def _fold_once(graph: gs.Graph, report: Report) -> bool:
             if any(o is t for o in graph.outputs):
                 continue
             dtype = np.dtype(t.dtype) if t.dtype is not None else np.dtype(np.int64)
-            # not make_constant: its ascontiguousarray makes a scalar a vector, and a rank changed here
-            # changes every shape computed from it (MobileViT's Concat of unsqueezed sizes)
-            const = gs.Constant(unique_name(graph, f"{t.name}_value"),
-                                np.array(elements[0] if scalar else elements, dtype=dtype))
+            const = make_constant(graph, f"{t.name}_value", np.array(elements[0] if scalar else elements, dtype=dtype))
             replace_uses(graph, t, const)
             report.canonicalized["shape arithmetic → constant"] += 1
             changed = True
