@@ -102,8 +102,8 @@ def _evaluate(node: gs.Node, values: dict[str, Value], ambiguous: set[str]) -> V
         axes = ins[3][0] if len(ins) > 3 else [0]
         steps = ins[4][0] if len(ins) > 4 else [1]
         if len(starts) != 1 or len(ends) != 1 or axes not in ([0], [-1]) or len(steps) != 1 \
-                or not all(isinstance(x, int) for x in (*starts, *ends, *steps)) or steps[0] == 0:
-            return None
+                or not all(isinstance(x, int) for x in (*starts, *ends, *steps)) or steps[0] <= 0:
+            return None  # reversing Slices not modelled: their clamping rules are not checked against Python's
         return first[slice(starts[0], ends[0], steps[0])], False
     return None
 
