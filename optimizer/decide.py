@@ -21,8 +21,9 @@ import onnx_graphsurgeon as gs
 from . import registry
 from .contract import DTYPE_CODES, PRECISION_CODES, PRECISION_OF_CODE
 from .costs import Costs, FusionGroup, Timing
-from .graph import NCHW_TO_NHWC, NHWC_TO_NCHW, concrete_shapes, constant_value, is_transpose, producer, shape_of
+from .graph import NCHW_TO_NHWC, NHWC_TO_NCHW, constant_value, is_transpose, producer, shape_of
 from .passes.layout import HANDLERS, variable_data_inputs
+from .passes.shape_constants import concrete_shapes
 from .registry import ConvDesc
 
 MODES = ("auto", "static", "always")

@@ -160,31 +160,7 @@ def add_transpose(graph: gs.Graph, x: gs.Tensor, perm, base: str, out: gs.Variab
     return out
 
 
-def concrete_shapes(graph: gs.Graph, batch: int, rounds: int = 8) -> dict[str, tuple[int, ...]]:
-    """Every tensor's shape with a symbolic batch dimension set to `batch`, where it can be known.
-
-    Exporters compute Slice, Split and Reshape sizes from Shape ops (YOLO's C2f chunks through
-    Shape→Gather→Add→Div→Mul→Slice), and ONNX shape inference does not propagate through all of those,
-    so later shapes stay unknown while the batch is symbolic. Here, on a light copy (weights as typed
-    inputs), shape inference and the folding of those integer computations into constants alternate
-    until nothing changes. Only fully known shapes are returned."""
-    light = _light_copy(graph)
-    for t in light.inputs:
-        if t.shape and not (isinstance(t.shape[0], int) and t.shape[0] > 0):
-            t.shape = [batch, *t.shape[1:]]
-    shapes: dict[str, tuple[int, ...]] = {}
-    for _ in range(rounds):
-        inferred = _inferred_shapes(light)
-        if inferred is None:
-            break
-        shapes = {name: tuple(dims) for name, dims in inferred.items()
-                  if dims and all(isinstance(d, int) and d > 0 for d in dims)}
-        if not _fold_shape_arithmetic(light, shapes):
-            break
-    return shapes
-
-
-def _light_copy(graph: gs.Graph) -> gs.Graph:
+def light_copy(graph: gs.Graph) -> gs.Graph:
     """A copy of `graph` whose weights are typed inputs (shape inference reads no weights)."""
     light = graph.copy()
     for t in list(light.tensors().values()):
@@ -216,75 +192,8 @@ def _inferred_shapes(light: gs.Graph) -> dict[str, list] | None:
 def infer_shapes_again(graph: gs.Graph) -> None:
     """Shapes inferred afresh, written onto `graph`'s tensors where known (after a rewrite that lets
     inference see further, such as a Reshape shape made constant)."""
-    inferred = _inferred_shapes(_light_copy(graph))
+    inferred = _inferred_shapes(light_copy(graph))
     for name, t in graph.tensors().items():
         dims = (inferred or {}).get(name)
         if isinstance(t, gs.Variable) and t not in graph.inputs and dims is not None:
             t.shape = dims
-
-
-_SHAPE_OPS = {"Shape", "Gather", "Add", "Sub", "Mul", "Div", "Concat", "Unsqueeze", "Squeeze", "Cast", "Slice",
-              "Identity", "Constant"}
-
-
-def _fold_shape_arithmetic(graph: gs.Graph, shapes: dict) -> bool:
-    """Replaces integer nodes computable from known shapes and constants by their values; True when
-    any was folded."""
-    folded = False
-    for node in graph.toposort().nodes:
-        if node.op not in _SHAPE_OPS or len(node.outputs) != 1 or not node.outputs[0].outputs:
-            continue
-        value = _shape_op_value(node, shapes)
-        if value is None:
-            continue
-        out = node.outputs[0]
-        const = gs.Constant(f"{out.name}_folded", np.asarray(value))
-        for consumer in list(out.outputs):
-            set_inputs(consumer, [const if t is out else t for t in consumer.inputs])
-        folded = True
-    if folded:
-        graph.cleanup(remove_unused_graph_inputs=False)
-    return folded
-
-
-def _shape_op_value(node: gs.Node, shapes: dict) -> np.ndarray | None:
-    if node.op == "Shape":
-        shape = shapes.get(node.inputs[0].name)
-        if shape is None:
-            return None
-        start, end = int(node.attrs.get("start", 0)), node.attrs.get("end")
-        return np.array(shape[start:None if end is None else int(end)], np.int64)
-    if node.op == "Constant":
-        return None
-    values = [constant_value(t) if t.name else None for t in node.inputs]
-    if not values or values[0] is None or values[0].dtype.kind not in "iu" or \
-            any(v is None for v, t in zip(values, node.inputs) if t.name):
-        return None
-    a = node.attrs
-    if node.op in ("Identity",):
-        return values[0]
-    if node.op == "Cast":
-        return values[0].astype(onnx.helper.tensor_dtype_to_np_dtype(int(a["to"])))
-    if node.op in ("Add", "Sub", "Mul"):
-        return {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[node.op](values[0], values[1])
-    if node.op == "Div":
-        return np.trunc(values[0] / values[1]).astype(values[0].dtype)  # ONNX integer Div truncates
-    if node.op == "Gather":
-        return np.take(values[0], values[1], axis=int(a.get("axis", 0)))
-    if node.op == "Concat":
-        return np.concatenate(values, axis=int(a.get("axis", 0)))
-    if node.op in ("Unsqueeze", "Squeeze"):
-        axes = values[1] if len(values) > 1 and values[1] is not None else a.get("axes")
-        if axes is None:
-            return np.squeeze(values[0]) if node.op == "Squeeze" else None
-        axes = [int(x) for x in np.atleast_1d(axes)]
-        return np.expand_dims(values[0], axes) if node.op == "Unsqueeze" else np.squeeze(values[0], tuple(axes))
-    if node.op == "Slice":
-        data, starts, ends = values[0], values[1], values[2]
-        axes = values[3] if len(values) > 3 and values[3] is not None else range(len(starts))
-        steps = values[4] if len(values) > 4 and values[4] is not None else [1] * len(starts)
-        index = [slice(None)] * data.ndim
-        for s_, e_, ax, st in zip(starts, ends, axes, steps):
-            index[int(ax)] = slice(int(s_), int(e_), int(st))
-        return data[tuple(index)]
-    return None

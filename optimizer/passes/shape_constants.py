@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from ..graph import constant_value, infer_shapes_again, make_constant, replace_uses, set_inputs, shape_of
+from ..graph import constant_value, infer_shapes_again, light_copy, make_constant, replace_uses, set_inputs, shape_of
 from ..report import Report
 
 Element = int | str | None  # a number, a symbolic dimension's name, unknown
@@ -179,3 +179,25 @@ def shape_constants(graph: gs.Graph, report: Report) -> gs.Graph:
         graph.cleanup(remove_unused_graph_inputs=False)
         infer_shapes_again(graph)  # the shapes after a Reshape made constant, for the next Shape ops
     return graph.cleanup(remove_unused_graph_inputs=False)
+
+
+def concrete_shapes(graph: gs.Graph, batch: int, rounds: int = 8) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape with a symbolic batch dimension set to `batch`, where it can be known (the
+    fusion decisions time candidates at each batch size).
+
+    What depends on the batch stays computed in the model (YOLO's C2f chunks through
+    Shape→Gather→Add→Div→Mul→Slice where the export kept the batch in that arithmetic), and ONNX shape
+    inference does not see through all of it, so later shapes stay unknown while the batch is symbolic.
+    Here, on a light copy (weights as typed inputs) with the batch fixed, shape inference and this
+    pass's folding alternate until nothing changes. Only fully known shapes are returned."""
+    light = light_copy(graph)
+    for t in light.inputs:
+        if t.shape and not (isinstance(t.shape[0], int) and t.shape[0] > 0):
+            t.shape = [batch, *t.shape[1:]]
+    for _ in range(rounds):
+        infer_shapes_again(light)
+        if not _fold_once(light, Report()):
+            break
+        light.cleanup(remove_unused_graph_inputs=False)
+    return {t.name: tuple(t.shape) for t in light.tensors().values()
+            if t.shape and all(isinstance(d, int) and d > 0 for d in t.shape)}
