@@ -86,6 +86,21 @@ def fp32_errors(original: onnx.ModelProto, optimized: onnx.ModelProto, batch: in
     return err
 
 
+def table(rows: list[dict], args) -> str:
+    """Markdown rows; the optional columns only where they were measured."""
+    cols = [("model", "{model}"), ("batch", "{batch}"), ("ORT best ms", "{ort:.3f}"), ("epifuse ms", "{epifuse:.3f}"),
+            ("speed-up", "{speed-up:.3f}x"), ("interquartile", "{q1:.3f}-{q3:.3f}"), ("fused", "{fused}")]
+    if args.per_batch:
+        cols.append(("this batch alone", "{alone:.3f}x ({fused alone})"))
+    if args.also_always:
+        cols.append(("fuse=always", "{always:.3f}x"))
+    if args.precision == "fp32":
+        cols += [("ORT error", "{ort error:.1e}"), ("epifuse error", "{epifuse error:.1e}")]
+    lines = ["| " + " | ".join(c for c, _ in cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
+    lines += ["| " + " | ".join(fmt.format_map(r) for _, fmt in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", required=True)
@@ -150,20 +165,13 @@ def main() -> int:
                 row["always"] = compare(model, always, backend="ort-cuda", batch=batch, precision=args.precision,
                                         rounds=args.rounds)["speedup"]
             rows.append(row)
+            extra = (f"; decided for this batch alone {row['alone']:.3f}x ({row['fused alone']})" if args.per_batch
+                     else "") + (f"; always {row['always']:.3f}x" if always is not None else "")
             print(f"{name} batch {batch}: ORT {row['ort']:.3f} ms, epifuse {row['epifuse']:.3f} ms, "
-                  f"{row['speed-up']:.3f}x ({row['q1']:.3f}-{row['q3']:.3f}); decided for this batch alone "
-                  f"{row['alone']:.3f}x ({row['fused alone']}); always {row['always']:.3f}x", flush=True)
-    errs = args.precision == "fp32"
-    lines = ["| model | batch | ORT best ms | epifuse ms | speed-up | interquartile | fused | this batch alone "
-             "| fuse=always |" + (" ORT error | epifuse error |" if errs else ""),
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if errs else "")]
-    lines += [f"| {r['model']} | {r['batch']} | {r['ort']:.3f} | {r['epifuse']:.3f} | {r['speed-up']:.3f}x | "
-              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['alone']:.3f}x ({r['fused alone']}) | "
-              f"{r['always']:.3f}x |" + (f" {r['ort error']:.1e} | {r['epifuse error']:.1e} |" if errs else "")
-              for r in rows]
-    print("\n".join(lines))
-    if args.markdown:
-        Path(args.markdown).write_text("\n".join(lines) + "\n")
+                  f"{row['speed-up']:.3f}x ({row['q1']:.3f}-{row['q3']:.3f}){extra}", flush=True)
+        if args.markdown:  # after every model: a run cut short keeps the rows it has
+            Path(args.markdown).write_text(table(rows, args) + "\n")
+    print(table(rows, args))
     return 0
 
 
