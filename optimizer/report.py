@@ -131,6 +131,8 @@ class Report:
             why = f"; the precision alone makes {own:.1e}" if 2 * own >= v["tolerance"] else ""
             console.print(f"verify on {v['provider']}: {status} — worst relative L2 error "
                           f"{v['worst_rel_l2']:.2e} (bound {v['tolerance']:.1e}{why}) over {v['outputs']} outputs")
+            if v.get("diagnosis"):
+                console.print(f"[dim]why:[/dim] {v['diagnosis']}", highlight=False)
 
 
     def decision_table(self):

@@ -139,4 +139,46 @@ def verify(original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, *,
               "outputs": len(errors), "rel_l2": errors}
     if precision_errors:
         result["precision_own_rel_l2"] = precision_errors
+    if not passed and precision == "fp16" and any(_lost_finiteness(actual[k], expected[k]) for k in errors):
+        why = fp16_overflow(original, inputs)
+        if why:
+            result["diagnosis"] = why
     return result
+
+
+def _lost_finiteness(actual: np.ndarray, expected: np.ndarray) -> bool:
+    return np.issubdtype(expected.dtype, np.floating) and bool(np.any(~np.isfinite(actual) & np.isfinite(expected)))
+
+
+FP16_MAX = float(np.finfo(np.float16).max)
+
+
+def fp16_overflow(original: onnx.ModelProto | str, inputs: dict[str, np.ndarray]) -> str | None:
+    """Where the original, run in fp32 on `inputs`, first holds a value beyond fp16's range (the first such
+    node output in graph order), said as a sentence; None where none does or it cannot be run so. For a
+    failed fp16 check whose outputs turned inf: the model itself, not a fusion, is then at fault."""
+    try:
+        model = onnx.load(original) if isinstance(original, str) else original
+        typed = onnx.shape_inference.infer_shapes(model)
+        floats = {vi.name for vi in list(typed.graph.value_info) + list(typed.graph.output)
+                  if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        known = {o.name for o in probe.graph.output}
+        order = [(out, node) for node in probe.graph.node for out in node.output if out in floats]
+        probe.graph.output.extend(onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None)
+                                  for out, _ in order if out not in known)
+        session = _session(probe, reference=True)
+        values = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
+    except (*_ORT_ERRORS, OSError, onnx.onnx_cpp2py_export.shape_inference.InferenceError):
+        return None
+    for out, node in order:
+        v = values.get(out)
+        if v is None or v.size == 0:
+            continue
+        peak = float(np.max(np.abs(v[np.isfinite(v)]), initial=0.0))
+        if peak > FP16_MAX:
+            return (f"the original itself reaches {peak:.3g} at '{out}' (output of {node.op_type} node "
+                    f"'{node.name or '?'}') on these inputs, beyond fp16's largest value {FP16_MAX:.0f}: in fp16 "
+                    "this model overflows there with or without fusion; use --precision fp32 or bf16")
+    return None

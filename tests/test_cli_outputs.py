@@ -3,6 +3,7 @@ report may not take."""
 import os
 import stat
 
+import numpy as np
 import onnx
 import pytest
 
@@ -151,3 +152,41 @@ def test_fp32_strict_keeps_tf32_off_the_fused_convs(tmp_path, precision, allow_t
     fused = [n for n in onnx.load(out).graph.node if n.op_type == "FusedConv"]
     assert fused
     assert {next((a.i for a in n.attribute if a.name == "allow_tf32"), None) for n in fused} == {allow_tf32}
+
+
+def _overflowing_model():
+    """Conv (weights 3000) -> Relu -> Conv: the first conv's outputs reach ~1e5 on normal inputs, past fp16's
+    65504, while the model's fp32 outputs stay finite."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(np.full((8, 16, 3, 3), 3000.0, np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((4, 8, 1, 1)) * 1e-3).astype(np.float32), "w2")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1"], ["t"], name="big_conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["t"], ["r"], name="relu"),
+         helper.make_node("Conv", ["r", "w2"], ["y"], name="small_conv")],
+        "overflow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 12, 12])], [w1, w2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_fp16_overflow_of_the_model_itself_is_named(tmp_path, capsys):
+    """A model whose own values pass fp16's range fails the fp16 check with inf outputs; the report says
+    where the original overflows (the tensor and its node) and what to use instead, and writes nothing."""
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(_overflowing_model(), src)
+    code = main(["optimize", str(src), "-o", str(out), "--target", "ort-cuda", "--precision", "fp16",
+                 "--fuse", "always", "--verify"])
+    text = " ".join(capsys.readouterr().out.split())  # rich wraps lines
+    assert code == 1 and not out.exists()
+    assert "big_conv" in text and "65504" in text and "--precision fp32 or bf16" in text, text
+
+
+def test_no_overflow_diagnosis_where_the_model_stays_in_fp16_range(tmp_path):
+    from optimizer.verify import fp16_overflow, random_inputs
+
+    model = _overflowing_model()
+    assert "big_conv" in fp16_overflow(model, random_inputs(model))
+    model.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(np.full((8, 16, 3, 3), 0.01, np.float32), "w1"))
+    assert fp16_overflow(model, random_inputs(model)) is None
