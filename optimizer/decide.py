@@ -34,10 +34,12 @@ DIRECT_KERNELS = {"cuda_direct"}  # CUDA cores only: cuDNN runs the same problem
 
 
 def _unproven(kernel: str) -> bool:
-    """Kernels not known to beat cuDNN without timing them: the direct kernel (CUDA cores), and the
+    """Kernels not known to beat cuDNN without timing them: the direct kernel (CUDA cores); the
     grouped tensor-core kernels, whose block-diagonal tiles compute mostly zeros with few channels per
-    group (cuDNN has grouped kernels of its own)."""
-    return kernel in DIRECT_KERNELS or "_grouped_" in kernel
+    group (cuDNN has grouped kernels of its own); and the unaligned tile (C or K not a multiple of 8:
+    element-wise loads and stores), which lost to cuDNN on each of ShuffleNetV2's 58- and 116-channel
+    convs measured on an H200, by 1.0-2.5x (docs/bench-models.md)."""
+    return kernel in DIRECT_KERNELS or "_grouped_" in kernel or "_unaligned_" in kernel
 
 
 # TensorRT's layer fusion catalog (docs.nvidia.com/deeplearning/tensorrt/latest/performance/fusion-catalog.html):
@@ -56,8 +58,8 @@ def static_verdict(target: str, dtype: str, kernels: list[str]) -> tuple[bool, s
     if dtype == "fp32":
         return False, "static: fp32 convs untimed stay ORT's (cuDNN, in TF32 by default)"
     if kernels and all(_unproven(k) for k in kernels):
-        return False, ("static: only the direct or grouped kernels run it; untimed, they are not known to beat cuDNN"
-                       if any(k not in DIRECT_KERNELS for k in kernels) else
+        return False, ("static: only the direct, grouped or unaligned kernels run it; untimed, they are not known "
+                       "to beat cuDNN" if any(k not in DIRECT_KERNELS for k in kernels) else
                        "static: only the CUDA-core direct kernel runs it; cuDNN has tensor-core kernels")
     return True, f"static: {kernels[0] if kernels else 'a kernel'} (tensor-core, depthwise or GEMV)"
 
@@ -79,6 +81,7 @@ class Verdict:
     reason: str
     timings: list[Timing | None] = field(default_factory=list)  # one per batch size
     fixed: bool = False     # not weighed per region: unmeasured, or approved by an earlier pass
+    static: bool = False    # the static policy's (knows no times, so no Transposes either)
     elements: int = 0       # the group's data in and out, in elements, at the first batch size (0: unknown)
 
     def measured(self) -> bool:
@@ -178,11 +181,14 @@ class Decider:
         if self.mode == "auto":
             unknown = next((g for g, t in zip(groups, timings) if g is not None and t is None), None)
             why += f" ({self.costs.why_unknown(unknown) if unknown is not None else 'shapes not known'})"
-        return Verdict(fuse, why, timings, fixed=True)
+        return Verdict(fuse, why, timings, fixed=True, static=True)
 
     def choose_regions(self, graph: gs.Graph, plans: list) -> None:
         """Adjusts the verdicts of `plans` (objects with `.nodes`, `.inputs`, `.output`, `.verdict`) so the
         total estimated time, Transposes at region edges included, is least."""
+        if self.mode == "always":
+            return
+        self._drop_isolated_static(graph, plans)
         measured = [i for i, p in enumerate(plans) if not p.verdict.fixed and p.verdict.measured()]
         if not measured or self.mode != "auto":
             return
@@ -212,6 +218,27 @@ class Decider:
                 plans[i].verdict.reason = (
                     f"{'slower' if chosen else 'faster'} alone; region: {saved:.1f} µs of Transposes saved "
                     f"by {'fusing' if chosen else 'not fusing'} it at batch {batches[0]}")
+
+    def _drop_isolated_static(self, graph: gs.Graph, plans: list) -> None:
+        """The static policy judges a candidate alone and knows no Transpose times: one whose fusing adds
+        Transposes (a depthwise conv between two convs left to the runtime: one into NHWC, one back) would
+        spend more on them than the fused epilogue saves. Such candidates are left to the runtime, round
+        by round, until fusing none of those left adds any."""
+        model = _RegionModel(graph, plans, [], self.costs, [], self.precision, lambda t, batch: None)
+        fused = {i for i, p in enumerate(plans) if p.verdict.fuse}
+        static = [i for i in fused if plans[i].verdict.static]
+        while static:  # all such at once, then again: a candidate left alone by the last round goes next
+            base = model.moved(fused)
+            added = {i: base - model.moved(fused - {i}) for i in static}
+            dropped = [i for i in static if added[i] >= 1]
+            if not dropped:
+                break
+            for i in dropped:
+                fused.discard(i)
+                static.remove(i)
+                plans[i].verdict.fuse = False
+                plans[i].verdict.reason += (f"; not fused: it adds {added[i]} Transpose{'s' * (added[i] > 1)} "
+                                            "to the model (static: their cost is not known)")
 
 
 class _RegionModel:
@@ -292,6 +319,19 @@ class _RegionModel:
         if key not in self.transpose_cache:
             self.transpose_cache[key] = self.costs.transpose_us(shape, self.dtype) or 0.0
         return self.transpose_cache[key]
+
+    def moved(self, fused: set[int]) -> int:
+        """How many Transposes that move memory the layout pass would leave (net of the model's own it
+        removes), counted, not timed: tensors of unknown shape count."""
+        def moves(t: gs.Tensor) -> bool:
+            shape = shape_of(t)
+            if not shape:
+                return True
+            if len(shape) != 4:
+                return False  # the layout pass moves only 4-D tensors
+            return not (shape[1] == 1 or (isinstance(shape[2], int) and isinstance(shape[3], int)
+                                          and shape[2] * shape[3] == 1))
+        return sum(sign for t, sign in self.crossing(fused) if moves(t))
 
     def transposes(self, fused: set[int], batch_index: int = 0) -> float:
         return sum(sign * self._transpose_us(t, self.batches[batch_index]) for t, sign in self.crossing(fused))

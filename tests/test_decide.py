@@ -263,6 +263,7 @@ def test_symbolic_spatial_dims_cannot_be_measured(tmp_path):
     ("ort-cuda", "fp32", ["sm80_f32_3xtf32_128x64x16_4st", "cuda_direct"], False),
     ("ort-cuda", "fp16", ["cuda_direct"], False),
     ("ort-cuda", "fp16", ["sm80_f16_grouped_128x32x32_4st", "sm80_f16_grouped_64x8x32_4st", "cuda_direct"], False),
+    ("ort-cuda", "fp16", ["sm80_f16_unaligned_64x64x32_2st", "cuda_direct"], False),
     ("ort-cuda", "fp16", ["sm90_f16_conv_128x64x64_c1x1_pingpong", "cuda_direct"], True),
     ("ort-cuda", "fp16", ["cuda_depthwise_tile", "cuda_depthwise_scalar", "cuda_direct"], True),
 ])
@@ -273,7 +274,8 @@ def test_static_policy(target, dtype, kernels, fuse):
 
 def test_static_mode_on_the_registry_refuses_grouped_convs():
     """32 groups of 2 channels have only the direct kernel on the CUDA targets; ResNeXt's 32 groups of 4
-    have the grouped tensor-core kernels too, not known to beat cuDNN's without timing: both stay ORT's."""
+    have the grouped tensor-core kernels too, not known to beat cuDNN's without timing: both stay ORT's.
+    The dense conv between them would then sit alone in NHWC, a Transpose on each side: it stays ORT's too."""
     def build(g, x):
         with g.scope("grouped2"):
             y = g.op("Relu", [g.conv(x, 64, 64, 3, group=32)])
@@ -285,9 +287,40 @@ def test_static_mode_on_the_registry_refuses_grouped_convs():
     model = onnx.shape_inference.infer_shapes(conv_net(build, channels=64))
     _, report = optimize_model(model, target="ort-cuda", precision="fp16", policy=FusionPolicy(mode="static"))
     fused = {d.node.split("/")[1]: d.fused for d in report.decisions}
-    assert fused == {"grouped2": False, "dense": True, "grouped4": False}
-    assert "grouped kernels" in next(d.reason for d in report.decisions if "grouped4" in d.node)
+    assert fused == {"grouped2": False, "dense": False, "grouped4": False}
+    assert "grouped" in next(d.reason for d in report.decisions if "grouped4" in d.node)
+    assert "adds 2 Transposes" in next(d.reason for d in report.decisions if "dense" in d.node)
     assert report.costs.startswith("static")
+
+
+def _shuffle_branch(channels: int):
+    """ShuffleNetV2's branch: 1x1 conv + Relu, depthwise 3x3 (+ BN), 1x1 conv + Relu, twice."""
+    def build(g, x):
+        for block in ("b0", "b1"):
+            with g.scope(block):
+                with g.scope("pw1"):
+                    x = g.op("Relu", [g.conv(x, channels, channels, 1)])
+                with g.scope("dw"):
+                    x = g.conv(x, channels, channels, 3, group=channels)
+                with g.scope("pw2"):
+                    x = g.op("Relu", [g.conv(x, channels, channels, 1)])
+        return x
+
+    return onnx.shape_inference.infer_shapes(conv_net(build, channels=channels))
+
+
+def test_static_policy_leaves_unaligned_channels_and_what_they_isolate_to_the_runtime():
+    """116 channels (ShuffleNetV2 1.0's stage 3) have only the unaligned tile and the direct kernel, both
+    slower than cuDNN there when measured; the depthwise convs between them would each add two Transposes.
+    Nothing fuses, and the model computes as before. At 128 channels every conv fuses."""
+    _, report = optimize_model(_shuffle_branch(116), target="ort-cuda", precision="fp16",
+                               policy=FusionPolicy(mode="static"))
+    reasons = {d.node.split("/")[2]: d.reason for d in report.decisions if d.node.startswith("/b0/")}
+    assert not any(d.fused for d in report.decisions), reasons
+    assert "unaligned" in reasons["pw1"] and "adds 2 Transposes" in reasons["dw"], reasons
+    _, aligned = optimize_model(_shuffle_branch(128), target="ort-cuda", precision="fp16",
+                                policy=FusionPolicy(mode="static"))
+    assert all(d.fused for d in aligned.decisions), [(d.node, d.reason) for d in aligned.decisions]
 
 
 def test_always_fuses_wherever_a_kernel_exists_and_auto_without_times_is_static():
