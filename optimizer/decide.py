@@ -226,7 +226,9 @@ class Decider:
         by round, until fusing none of those left adds any."""
         model = _RegionModel(graph, plans, [], self.costs, [], self.precision, lambda t, batch: None)
         fused = {i for i, p in enumerate(plans) if p.verdict.fuse}
-        static = [i for i in fused if plans[i].verdict.static]
+        # An earlier pass's approved rewrite (a pool or Gemm as a conv) is already in the graph: it stays fused.
+        approved = {id(v) for v in self.approved.values()}
+        static = [i for i in fused if plans[i].verdict.static and id(plans[i].verdict) not in approved]
         while static:  # all such at once, then again: a candidate left alone by the last round goes next
             base = model.moved(fused)
             added = {i: base - model.moved(fused - {i}) for i in static}

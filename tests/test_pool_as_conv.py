@@ -63,3 +63,24 @@ def test_dynamic_spatial_size_keeps_the_pool():
     optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.efficientnet_tiny(size="size")),
                                        target="ort-cuda", precision="fp16")
     assert report.canonicalized[REWRITE] == 0
+
+
+def test_static_policy_keeps_the_pool_conv_fused_in_its_second_fuse_pass():
+    """Static policy: the convs before the pool fuse; the pool, rewritten after the fuse pass because it
+    reads their NHWC output, is fused by a second fuse pass that sees only it, and the static policy's
+    Transpose rule leaves it fused there (a plain depthwise Conv would be slower than the pool it replaced)."""
+    from optimizer.pipeline import FusionPolicy
+    from tests.helpers import conv_net
+
+    def build(g, x):
+        for name in ("pw1", "pw2"):
+            with g.scope(name):
+                x = g.op("Relu", [g.conv(x, 128, 128, 1)])
+        return g.op("GlobalAveragePool", [x])
+
+    original = onnx.shape_inference.infer_shapes(conv_net(build, channels=128, size=7))
+    optimized, report = optimize_model(original, target="ort-cuda", precision="fp16",
+                                       policy=FusionPolicy(mode="static"))
+    assert report.canonicalized[REWRITE] == 1
+    assert "Conv" not in ops(optimized) and ops(optimized).count("FusedConv") == 3, ops(optimized)
+    assert verify(original, optimized, precision="fp16")["passed"]
