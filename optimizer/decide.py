@@ -42,6 +42,12 @@ def _unproven(kernel: str) -> bool:
     return kernel in DIRECT_KERNELS or "_grouped_" in kernel or "_unaligned_" in kernel
 
 
+def _stem_kernel(kernel: str) -> bool:
+    """The few-channel stem kernels (C < 8: RGB inputs), where cuDNN's own kernels are slowest."""
+    return kernel == "cuda_stem_mma" or kernel.startswith(("im2col_", "pad8_")) or "_fewch_" in kernel \
+        or "_fixed8_" in kernel
+
+
 # TensorRT's layer fusion catalog (docs.nvidia.com/deeplearning/tensorrt/latest/performance/fusion-catalog.html):
 # "Convolution and ReLU/GELU/Clip Activation", "Convolution and ElementWise Operation" (a sum without
 # broadcast: the residual Add) and PointWise fusion, which engine logs show absorbed into the conv as
@@ -82,6 +88,7 @@ class Verdict:
     timings: list[Timing | None] = field(default_factory=list)  # one per batch size
     fixed: bool = False     # not weighed per region: unmeasured, or approved by an earlier pass
     static: bool = False    # the static policy's (knows no times, so no Transposes either)
+    kernel: str = ""        # a static verdict's kernel: the registry's first for the candidate
     elements: int = 0       # the group's data in and out, in elements, at the first batch size (0: unknown)
 
     def measured(self) -> bool:
@@ -177,11 +184,12 @@ class Decider:
         if self.mode == "auto" and timings and all(t is not None for t in timings):
             faster = all(t.ours_us < FUSE_MARGIN * t.runtime_us for t in timings)
             return Verdict(faster, "faster" if faster else "slower", timings, elements=_elements(groups))
-        fuse, why = static_verdict(self.target, desc_dtype, kernels() if kernels else [])
+        names = kernels() if kernels else []
+        fuse, why = static_verdict(self.target, desc_dtype, names)
         if self.mode == "auto":
             unknown = next((g for g, t in zip(groups, timings) if g is not None and t is None), None)
             why += f" ({self.costs.why_unknown(unknown) if unknown is not None else 'shapes not known'})"
-        return Verdict(fuse, why, timings, fixed=True, static=True)
+        return Verdict(fuse, why, timings, fixed=True, static=True, kernel=names[0] if names else "")
 
     def choose_regions(self, graph: gs.Graph, plans: list) -> None:
         """Adjusts the verdicts of `plans` (objects with `.nodes`, `.inputs`, `.output`, `.verdict`) so the
@@ -223,12 +231,16 @@ class Decider:
         """The static policy judges a candidate alone and knows no Transpose times: one whose fusing adds
         Transposes (a depthwise conv between two convs left to the runtime: one into NHWC, one back) would
         spend more on them than the fused epilogue saves. Such candidates are left to the runtime, round
-        by round, until fusing none of those left adds any."""
+        by round, until fusing none of those left adds any. Stems on the few-channel kernels are kept:
+        they beat cuDNN by far more than their Transposes cost (ResNet-50's 7x7 stem: 2.97x cuDNN at batch
+        32, docs/bench-kernels.md; fused at batch 1 and 16 by the measured decisions on an H200, before
+        its MaxPool, which stays NCHW)."""
         model = _RegionModel(graph, plans, [], self.costs, [], self.precision, lambda t, batch: None)
         fused = {i for i, p in enumerate(plans) if p.verdict.fuse}
         # An earlier pass's approved rewrite (a pool or Gemm as a conv) is already in the graph: it stays fused.
         approved = {id(v) for v in self.approved.values()}
-        static = [i for i in fused if plans[i].verdict.static and id(plans[i].verdict) not in approved]
+        static = [i for i in fused if plans[i].verdict.static and id(plans[i].verdict) not in approved
+                  and not _stem_kernel(plans[i].verdict.kernel)]
         while static:  # all such at once, then again: a candidate left alone by the last round goes next
             base = model.moved(fused)
             added = {i: base - model.moved(fused - {i}) for i in static}

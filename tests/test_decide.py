@@ -323,6 +323,18 @@ def test_static_policy_leaves_unaligned_channels_and_what_they_isolate_to_the_ru
     assert all(d.fused for d in aligned.decisions), [(d.node, d.reason) for d in aligned.decisions]
 
 
+def test_static_policy_keeps_an_rgb_stem_whose_maxpool_stays_nchw():
+    """ResNet's stem conv reads the RGB input and feeds a MaxPool that stays NCHW: fused, it adds two
+    Transposes, but the few-channel stem kernel beats cuDNN's by far more (the static rule keeps it)."""
+    from models import zoo
+
+    model = onnx.shape_inference.infer_shapes(zoo.build("resnet_tiny", batch=1))
+    _, report = optimize_model(model, target="ort-cuda", precision="fp16", policy=FusionPolicy(mode="static"))
+    stem = next(d for d in report.decisions if "stem" in d.node)
+    assert stem.fused and "stem" in stem.reason, stem.reason
+    assert all(d.fused for d in report.decisions)
+
+
 def test_always_fuses_wherever_a_kernel_exists_and_auto_without_times_is_static():
     model, (a,) = _chain(1)
     _, always = optimize_model(model, target="ort-cpu", policy=FusionPolicy(mode="always"))
