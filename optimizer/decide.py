@@ -31,6 +31,7 @@ MODES = ("auto", "static", "always")
 # 5% faster, so measurement noise alone never turns a tie into a slower model.
 FUSE_MARGIN = 0.95
 DIRECT_KERNELS = {"cuda_direct"}  # CUDA cores only: cuDNN runs the same problems on tensor cores
+UNPROVEN_KERNELS = DIRECT_KERNELS | {"cuda_depthwise_scalar"}
 
 
 def _unproven(kernel: str) -> bool:
@@ -38,8 +39,9 @@ def _unproven(kernel: str) -> bool:
     grouped tensor-core kernels, whose block-diagonal tiles compute mostly zeros with few channels per
     group (cuDNN has grouped kernels of its own); and the unaligned tile (C or K not a multiple of 8:
     element-wise loads and stores), which lost to cuDNN on each of ShuffleNetV2's 58- and 116-channel
-    convs measured on an H200, by 1.0-2.5x (docs/bench-models.md)."""
-    return kernel in DIRECT_KERNELS or "_grouped_" in kernel or "_unaligned_" in kernel
+    convs measured on an H200, by 1.0-2.5x (docs/bench-models.md), as did the scalar depthwise kernel
+    (one channel per load: C not even, or 58) on each of its 58-channel depthwise convs, by 1.07-2.4x."""
+    return kernel in UNPROVEN_KERNELS or "_grouped_" in kernel or "_unaligned_" in kernel
 
 
 def _stem_kernel(kernel: str) -> bool:
@@ -64,8 +66,8 @@ def static_verdict(target: str, dtype: str, kernels: list[str]) -> tuple[bool, s
     if dtype == "fp32":
         return False, "static: fp32 convs untimed stay ORT's (cuDNN, in TF32 by default)"
     if kernels and all(_unproven(k) for k in kernels):
-        return False, ("static: only the direct, grouped or unaligned kernels run it; untimed, they are not known "
-                       "to beat cuDNN" if any(k not in DIRECT_KERNELS for k in kernels) else
+        return False, ("static: only the direct, grouped, unaligned or scalar depthwise kernels run it; untimed, "
+                       "they are not known to beat cuDNN" if any(k not in DIRECT_KERNELS for k in kernels) else
                        "static: only the CUDA-core direct kernel runs it; cuDNN has tensor-core kernels")
     return True, f"static: {kernels[0] if kernels else 'a kernel'} (tensor-core, depthwise or GEMV)"
 

@@ -264,6 +264,7 @@ def test_symbolic_spatial_dims_cannot_be_measured(tmp_path):
     ("ort-cuda", "fp16", ["cuda_direct"], False),
     ("ort-cuda", "fp16", ["sm80_f16_grouped_128x32x32_4st", "sm80_f16_grouped_64x8x32_4st", "cuda_direct"], False),
     ("ort-cuda", "fp16", ["sm80_f16_unaligned_64x64x32_2st", "cuda_direct"], False),
+    ("ort-cuda", "fp16", ["cuda_depthwise_scalar", "cuda_direct"], False),
     ("ort-cuda", "fp16", ["sm90_f16_conv_128x64x64_c1x1_pingpong", "cuda_direct"], True),
     ("ort-cuda", "fp16", ["cuda_depthwise_tile", "cuda_depthwise_scalar", "cuda_direct"], True),
 ])
@@ -312,12 +313,17 @@ def _shuffle_branch(channels: int):
 def test_static_policy_leaves_unaligned_channels_and_what_they_isolate_to_the_runtime():
     """116 channels (ShuffleNetV2 1.0's stage 3) have only the unaligned tile and the direct kernel, both
     slower than cuDNN there when measured; the depthwise convs between them would each add two Transposes.
-    Nothing fuses, and the model computes as before. At 128 channels every conv fuses."""
+    Nothing fuses. At 58 (stage 2) the depthwise convs have only the scalar kernel, slower than cuDNN there
+    too. At 128 channels every conv fuses."""
     _, report = optimize_model(_shuffle_branch(116), target="ort-cuda", precision="fp16",
                                policy=FusionPolicy(mode="static"))
     reasons = {d.node.split("/")[2]: d.reason for d in report.decisions if d.node.startswith("/b0/")}
     assert not any(d.fused for d in report.decisions), reasons
     assert "unaligned" in reasons["pw1"] and "adds 2 Transposes" in reasons["dw"], reasons
+    _, stage2 = optimize_model(_shuffle_branch(58), target="ort-cuda", precision="fp16",
+                               policy=FusionPolicy(mode="static"))
+    dw = next(d for d in stage2.decisions if d.node.startswith("/b0/dw/"))
+    assert not any(d.fused for d in stage2.decisions) and "scalar depthwise" in dw.reason, dw.reason
     _, aligned = optimize_model(_shuffle_branch(128), target="ort-cuda", precision="fp16",
                                 policy=FusionPolicy(mode="static"))
     assert all(d.fused for d in aligned.decisions), [(d.node, d.reason) for d in aligned.decisions]
