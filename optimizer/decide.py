@@ -57,8 +57,25 @@ def _stem_kernel(kernel: str) -> bool:
 TENSORRT_NATIVE = "static: TensorRT fuses conv + bias + activation + residual Add itself"
 
 
-def static_verdict(target: str, dtype: str, kernels: list[str]) -> tuple[bool, str]:
-    """The conservative policy for a candidate with no measured times."""
+# A 1x1 conv on 1x1 maps (a classifier Gemm as a conv, a squeeze-excite conv) above this many
+# multiply-adds (N*C*K): cuBLAS's GEMM beat the library's kernels there whenever measured on an H200
+# (batch 16: 1024 -> 1000, GEMV 9.4 µs against 4.4; batch 32: 2048 -> 1000 and 1280 -> 1000, tensor-core
+# tiles 7.7 and 5.9 against 4.6-5.9), while batch-1 classifiers (1-2M) and batch-16 squeeze-excite
+# convs (under 2M) won.
+CLASSIFIER_MAX_MACS = 1 << 22
+
+
+def _large_classifier(desc: ConvDesc) -> int:
+    """The multiply-adds of a 1x1 conv on 1x1 maps above CLASSIFIER_MAX_MACS, else 0."""
+    if (desc.H, desc.W, desc.R, desc.S) != (1, 1, 1, 1) or min(desc.N, desc.C, desc.K) <= 0:
+        return 0
+    macs = desc.N * desc.C * desc.K
+    return macs if macs > CLASSIFIER_MAX_MACS else 0
+
+
+def static_verdict(target: str, dtype: str, kernels: list[str], descs: list[ConvDesc] = ()) -> tuple[bool, str]:
+    """The conservative policy for a candidate with no measured times; `descs`: its problem at each batch
+    size decided for, where its shapes are known."""
     if target == "ort-cpu":
         return False, "static: ORT's CPU convs (MLAS) beat oneDNN's on most layers measured; unmeasured, they stay ORT's"
     if target == "tensorrt":
@@ -69,6 +86,10 @@ def static_verdict(target: str, dtype: str, kernels: list[str]) -> tuple[bool, s
         return False, ("static: only the direct, grouped, unaligned or scalar depthwise kernels run it; untimed, "
                        "they are not known to beat cuDNN" if any(k not in DIRECT_KERNELS for k in kernels) else
                        "static: only the CUDA-core direct kernel runs it; cuDNN has tensor-core kernels")
+    large = max((_large_classifier(d) for d in descs), default=0)
+    if large:
+        return False, (f"static: a 1x1 conv on 1x1 maps of {large} multiply-adds (a classifier at batch > 1): "
+                       "cuBLAS's GEMM beats the library's kernels there when measured")
     return True, f"static: {kernels[0] if kernels else 'a kernel'} (tensor-core, depthwise or GEMV)"
 
 
@@ -187,7 +208,7 @@ class Decider:
             faster = all(t.ours_us < FUSE_MARGIN * t.runtime_us for t in timings)
             return Verdict(faster, "faster" if faster else "slower", timings, elements=_elements(groups))
         names = kernels() if kernels else []
-        fuse, why = static_verdict(self.target, desc_dtype, names)
+        fuse, why = static_verdict(self.target, desc_dtype, names, [g.desc for g in groups if g is not None])
         if self.mode == "auto":
             unknown = next((g for g, t in zip(groups, timings) if g is not None and t is None), None)
             why += f" ({self.costs.why_unknown(unknown) if unknown is not None else 'shapes not known'})"

@@ -414,6 +414,23 @@ def _classifier():
     return model, conv, pool, gemm
 
 
+@pytest.mark.parametrize("batches, rewritten", [((1,), True), ((1, 16), False)])
+def test_static_policy_rewrites_a_large_classifier_only_at_batch_1(batches, rewritten):
+    """A 2048 -> 1000 classifier (ResNet-50's) as a 1x1 conv: 2M multiply-adds at batch 1, where the GEMV
+    beat cuBLAS when measured; 33M at batch 16, where cuBLAS won. Decided for batch 1 and 16 it stays a Gemm."""
+    def build(g, x):
+        return g.gemm(g.op("Flatten", [g.op("GlobalAveragePool", [g.op("Relu", [g.conv(x, 8, 2048, 1)])])]),
+                      2048, 1000)
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build, size=4, batch="N"))
+    optimized, report = optimize_model(model, target="ort-cuda", precision="fp16",
+                                       policy=FusionPolicy(mode="static", batches=batches))
+    assert ("Gemm" not in [n.op_type for n in optimized.graph.node]) is rewritten
+    if not rewritten:
+        gemm = next(d for d in report.decisions if d.pattern == "Gemm (as a 1x1 FusedConv)")
+        assert "32768000 multiply-adds" in gemm.reason, gemm.reason
+
+
 @pytest.mark.parametrize("faster", [True, False])
 def test_a_classifier_gemm_becomes_a_conv_only_where_the_fused_conv_wins(tmp_path, faster):
     model, conv, pool, gemm = _classifier()
