@@ -114,3 +114,24 @@ def test_identity_of_a_graph_output_stays():
     m.ir_version = 8
     out, _ = _canon(m)
     assert "Identity" in ops(out)
+
+
+def test_identity_between_a_conv_and_its_activation_goes_so_the_activation_fuses():
+    """paddle2onnx writes Conv -> Add(bias) -> Identity -> Relu (PP-OCRv6: 147 Identity nodes); with the
+    Identity left, the conv fused alone and the Relu ran on its own."""
+    from optimizer.pipeline import FusionPolicy, optimize_model
+
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float32), "bias")
+    m = _model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                helper.make_node("Add", ["c", "bias"], ["a"]),
+                helper.make_node("Identity", ["a"], ["i"]),
+                helper.make_node("Relu", ["i"], ["y"])], [1, 3, 8, 8], [w, bias])
+    out, report = _canon(m)
+    assert "Identity" not in ops(out) and report.canonicalized["Identity → its input"] == 1
+    _same(m, out, (1, 3, 8, 8))
+    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(m), target="ort-cpu",
+                                       policy=FusionPolicy(mode="always"))
+    assert ops(optimized).count("FusedConv") == 1 and "Relu" not in ops(optimized), ops(optimized)
+    assert report.decisions[0].pattern == "Conv+Relu"

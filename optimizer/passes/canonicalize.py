@@ -1,7 +1,7 @@
 """Canonicalize: one spelling for things exporters write several ways, so the rewrites that
-follow match one form. Every node gets a unique name. Constant nodes become initializers, and so do
-Identity nodes of a constant (torch.onnx writes deduplicated weights that way: a ResNet-50 export
-reads 47 of its conv biases through Identity); Conv auto_pad becomes explicit pads;
+follow match one form. Every node gets a unique name. Constant nodes become initializers; Identity
+nodes go (torch.onnx reads deduplicated weights through them, paddle2onnx writes one between each
+conv and its activation); Conv auto_pad becomes explicit pads;
 a constant per-channel Add right after a Conv becomes the Conv's bias. Activation formulations
 are recognised by optimizer.activations where they are fused."""
 from __future__ import annotations
@@ -30,16 +30,22 @@ def constants_to_initializers(graph: gs.Graph, report: Report) -> None:
         report.canonicalized["Constant → initializer"] += 1
 
 
-def constant_identities(graph: gs.Graph, report: Report) -> None:
+def identities(graph: gs.Graph, report: Report) -> None:
+    """Identity nodes go, their consumers reading the input (ORT's IdentityElimination does the same at
+    load time). torch.onnx writes deduplicated weights as Identity(initializer) (a ResNet-50 export reads
+    47 of its conv biases so, and a bias that is not a constant does not fuse); paddle2onnx writes one
+    after every conv's bias Add (PP-OCRv6 det: 147, each between a conv and its activation, which then
+    did not fuse). One writing a graph output stays (the output keeps its name)."""
     for node in graph.nodes:
-        if node.op != "Identity" or len(node.outputs) != 1 or not isinstance(node.inputs[0], gs.Constant):
+        if node.op != "Identity" or len(node.inputs) != 1 or len(node.outputs) != 1:
             continue
         out = node.outputs[0]
         if any(o is out for o in graph.outputs):
             continue
+        constant = isinstance(node.inputs[0], gs.Constant)
         replace_uses(graph, out, node.inputs[0])
         node.outputs.clear()
-        report.canonicalized["Identity of a constant → the constant"] += 1
+        report.canonicalized["Identity of a constant → the constant" if constant else "Identity → its input"] += 1
 
 
 def _same_pads(size: int, kernel: int, stride: int, dilation: int, upper: bool) -> tuple[int, int]:
@@ -120,7 +126,7 @@ def name_nodes(graph: gs.Graph, report: Report) -> None:
 def canonicalize(graph: gs.Graph, report: Report) -> gs.Graph:
     name_nodes(graph, report)
     constants_to_initializers(graph, report)
-    constant_identities(graph, report)
+    identities(graph, report)
     resolve_auto_pad(graph, report)
     bias_add_into_conv(graph, report)
     return graph.cleanup(remove_unused_graph_inputs=False)
