@@ -88,7 +88,7 @@ def static_verdict(target: str, dtype: str, kernels: list[str], descs: list[Conv
                        "static: only the CUDA-core direct kernel runs it; cuDNN has tensor-core kernels")
     large = max((_large_classifier(d) for d in descs), default=0)
     if large:
-        return False, (f"static: a 1x1 conv on 1x1 maps of {large} multiply-adds (a classifier at batch > 1): "
+        return False, (f"static: a 1x1 conv on 1x1 maps of {large} multiply-adds (a classifier at this batch size): "
                        "cuBLAS's GEMM beats the library's kernels there when measured")
     return True, f"static: {kernels[0] if kernels else 'a kernel'} (tensor-core, depthwise or GEMV)"
 
