@@ -278,6 +278,12 @@ class Decider:
                                             "to the model (static: their cost is not known)")
 
 
+def _layout_free(shape) -> bool:
+    """NCHW <-> NHWC of this 4-D shape moves no memory (one channel, or [N, C, 1, 1] after a pool): the
+    layout pass drops such a Transpose. Symbolic dims count as more than one."""
+    return shape[1] == 1 or (isinstance(shape[2], int) and isinstance(shape[3], int) and shape[2] * shape[3] == 1)
+
+
 class _RegionModel:
     """The estimated time of a choice of fused candidates: their FusedConv times, the runtime's times for
     the others, and a Transpose for every tensor that crosses between the NHWC and NCHW parts, less the
@@ -350,8 +356,8 @@ class _RegionModel:
         shape = self.shape_at(t, batch)
         if not shape or len(shape) != 4:
             return 0.0  # a tensor of unknown shape is not weighed (the layout pass moves only 4-D ones)
-        if shape[1] == 1 or shape[2] * shape[3] == 1:
-            return 0.0  # NCHW <-> NHWC moves no memory ([N, C, 1, 1] after a pool): the layout pass drops it
+        if _layout_free(shape):
+            return 0.0
         key = tuple(shape)
         if key not in self.transpose_cache:
             self.transpose_cache[key] = self.costs.transpose_us(shape, self.dtype) or 0.0
@@ -364,10 +370,7 @@ class _RegionModel:
             shape = shape_of(t)
             if not shape:
                 return True
-            if len(shape) != 4:
-                return False  # the layout pass moves only 4-D tensors
-            return not (shape[1] == 1 or (isinstance(shape[2], int) and isinstance(shape[3], int)
-                                          and shape[2] * shape[3] == 1))
+            return len(shape) == 4 and not _layout_free(shape)  # the layout pass moves only 4-D tensors
         return sum(sign for t, sign in self.crossing(fused) if moves(t))
 
     def transposes(self, fused: set[int], batch_index: int = 0) -> float:
