@@ -159,11 +159,9 @@ def fp16_overflow(original: onnx.ModelProto | str, inputs: dict[str, np.ndarray]
     failed fp16 check whose outputs turned inf: the model itself, not a fusion, is then at fault."""
     try:
         model = onnx.load(original) if isinstance(original, str) else original
-        typed = onnx.shape_inference.infer_shapes(model)
-        floats = {vi.name for vi in list(typed.graph.value_info) + list(typed.graph.output)
+        probe = onnx.shape_inference.infer_shapes(model)  # a copy: its outputs are extended below
+        floats = {vi.name for vi in list(probe.graph.value_info) + list(probe.graph.output)
                   if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
-        probe = onnx.ModelProto()
-        probe.CopyFrom(model)
         known = {o.name for o in probe.graph.output}
         order = [(out, node) for node in probe.graph.node for out in node.output if out in floats]
         probe.graph.output.extend(onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None)
