@@ -153,12 +153,20 @@ def test_expected_lists_are_what_the_brief_says():
         assert expected(ANCHORS[name]) == []
     assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=FLOAT)) == []
     tf32 = dataclasses.replace(ANCHORS["r50.s1.1x1up"], dtype=FLOAT, allow_tf32=1)
-    assert expected(tf32) == ["sm90_tf32_gemm1x1_128x128x32_coop", "sm90_tf32_gemm1x1_128x64x32_pingpong",
-                              "sm90_tf32_conv_128x64x32_c1x1_pingpong", "sm90_tf32_conv_128x64x32_c2x1_2cta"]
-    assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=FLOAT, allow_tf32=1)) == [
-        "sm90_tf32_conv_128x64x32_c1x1_pingpong", "sm90_tf32_conv_128x64x32_c2x1_2cta"]
+    tf32_convs = [f"sm90_tf32_{c}" for c in (
+        "conv_128x64x32_c1x1_pingpong_relu", "conv_128x64x32_c1x1_pingpong_silu", "conv_128x64x32_c1x1_pingpong",
+        "conv_128x64x32_c2x1_2cta", "conv_64x64x32_c1x1_2cta")]
+    assert expected(tf32) == [  # identity: both two-activation twins
+        "sm90_tf32_gemm1x1_128x128x32_coop_relu", "sm90_tf32_gemm1x1_128x128x32_coop_silu",
+        "sm90_tf32_gemm1x1_128x128x32_coop", "sm90_tf32_gemm1x1_128x64x32_pingpong",
+        "sm90_tf32_gemm1x1_128x128x32_streamk"] + tf32_convs
+    assert expected(dataclasses.replace(tf32, activation="gelu")) == [
+        "sm90_tf32_gemm1x1_128x128x32_coop", "sm90_tf32_gemm1x1_128x64x32_pingpong",
+        "sm90_tf32_gemm1x1_128x128x32_streamk"] + only(tf32_convs, relu + silu)
+    assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], dtype=FLOAT, allow_tf32=1,
+                                        activation="relu")) == only(tf32_convs, silu)
     # fp32 rows are 16 bytes at 4 channels: C = 12 fits TF32 but not the 16-bit kernels
-    assert len(expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], C=12, dtype=FLOAT, allow_tf32=1))) == 2
+    assert len(expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], C=12, dtype=FLOAT, allow_tf32=1))) == 5
     assert expected(dataclasses.replace(ANCHORS["r50.s1.3x3"], C=12)) == []
 
 

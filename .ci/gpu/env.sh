@@ -1,8 +1,9 @@
-# GPU machine, sourced: `. .ci/gpu/env.sh`. Installs the staged wheels once (onnxruntime-gpu joined from
-# its parts) and points Python at them, at this checkout and at the CUDA build in $HOME/src.
+# GPU machine, sourced (carry .stage/ort .stage/lib): `. .ci/gpu/env.sh`. Unpacks the staged onnxruntime-gpu,
+# onnx-graphsurgeon and the CUDA library that build.sh returned, and points Python at them and at this checkout.
 if [ ! -d "$HOME/ortsite/onnxruntime" ]; then
-  whl=$HOME/stage/$(cat "$HOME/stage/ort_wheel")
-  cat "$HOME"/stage/part? > "$whl"
-  python3 -m pip install -q --no-index --no-deps --target "$HOME/ortsite" "$whl" "$HOME"/stage/*none-any.whl
+  mkdir -p "$HOME/ortsite" "$HOME/epifuse-lib"
+  tar -xJf .stage/ort/onnxruntime.tar.xz -C "$HOME/ortsite"
+  python3 -m pip install -q --no-index --no-deps --target "$HOME/ortsite" .stage/ort/*.whl
+  tar -xJf .stage/lib/epifuse-lib.tar.xz -C "$HOME/epifuse-lib"
 fi
-export PYTHONPATH=$HOME/ortsite:$PWD:$PWD/bench EPIFUSE_LIB_DIR=$HOME/src/build-dev
+export PYTHONPATH=$HOME/ortsite:$PWD:$PWD/bench EPIFUSE_LIB_DIR=$HOME/epifuse-lib

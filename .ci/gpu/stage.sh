@@ -1,31 +1,29 @@
 #!/usr/bin/env bash
-# Stages what a GPU machine without network needs, in folders of .stage/ that each fit one call's carry
-# (64 MiB with the checkout): c0-c4 the onnxruntime-gpu wheel in five parts, c5 the build's headers
-# (ONNX Runtime, Eigen, CUTLASS) and the small wheels the optimizer imports. Run here, once:
+# Stages what the GPU machine (no network) needs, in folders of .stage/ that each fit one call's carry
+# (64 MiB with the checkout). Run here, once:
 #   bash .ci/gpu/stage.sh
-# Then on the GPU machine, calls back to back (the machine is given back when idle):
-#   1. carry .stage/c0 .stage/c5: bash .ci/gpu/build.sh        (~270 s on 16 cores: sm_90a, every kernel)
-#   2. carry .stage/cN, N = 1..4: bash .ci/gpu/part.sh N
-#   3. any command after `. .ci/gpu/env.sh` (installs the wheel once; EPIFUSE_LIB_DIR and PYTHONPATH set),
-#      e.g. `. .ci/gpu/env.sh && python3 -m pytest -q -m gpu tests/test_cuda_kernels.py`.
-# A benchmark of several models can outlast one call (600 s): run one model per call, with output
-# written under $OUT as it goes.
+# .stage/build  the build's headers (ONNX Runtime, Eigen, CUTLASS) and onnx-graphsurgeon's wheel
+# .stage/ort    onnxruntime-gpu cut to what a CNN on an H200 runs (ort_lite.py: 23 MB against 255)
+# Then on the GPU machine, where nothing outlives a call (the machine goes back 30 s after one):
+#   1. carry .stage/build: `bash .ci/gpu/build.sh [command]`: builds the CUDA library for sm_90a
+#      (~4 min on 16 cores), returns it as $OUT/epifuse-lib.tar.xz, then runs `command` (e.g. the GPU
+#      kernel tests: they need no onnxruntime-gpu). Copy that file to .stage/lib/ here.
+#   2. carry .stage/ort .stage/lib: `. .ci/gpu/env.sh && <command>`, e.g. `bash .ci/gpu/models.sh resnet50 fp32
+#      r50 --tune` (one model per call: a call ends at 600 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deps=$(bash plugins/scripts/fetch_deps.sh | tail -1)
 cutlass=$(bash plugins/scripts/fetch_cutlass.sh | tail -1)  # .../cutlass-<ver>/cutlass_library/source
 cache=$(dirname "$deps")
 rel=${cutlass#"$cache"/}
-mkdir -p .stage/wheels .stage/c5
-tar -cJf .stage/c5/deps.tar.xz -C "$cache" root/usr/include "$rel/include" "$rel/tools/util/include"
-echo "$rel" > .stage/c5/cutlass_dir
+mkdir -p .stage/wheels .stage/build .stage/ort .stage/lib
+tar -cJf .stage/build/deps.tar.xz -C "$cache" root/usr/include "$rel/include" "$rel/tools/util/include"
+echo "$rel" > .stage/build/cutlass_dir
 pip() { python3 -m pip download -q --no-deps --only-binary=:all: -d .stage/wheels "$@"; }
 pip --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 onnxruntime-gpu==1.31.1
-pip onnx_graphsurgeon rich markdown-it-py mdurl pygments
-cp .stage/wheels/*none-any.whl .stage/c5/
-whl=$(ls .stage/wheels/onnxruntime_gpu-*.whl)
-basename "$whl" > .stage/c5/ort_wheel
-rm -f .stage/part?
-split -n 5 -d -a 1 "$whl" .stage/part
-for i in 0 1 2 3 4; do mkdir -p .stage/c$i && mv .stage/part$i .stage/c$i/; done
-du -sh .stage/c?
+pip onnx_graphsurgeon
+cp .stage/wheels/onnx_graphsurgeon-*.whl .stage/build/
+cp .stage/wheels/onnx_graphsurgeon-*.whl .stage/ort/
+python3 -m pip install -q --target .stage/zstd zstandard
+PYTHONPATH=.stage/zstd python3 .ci/gpu/ort_lite.py .stage/wheels/onnxruntime_gpu-1.31.1-*.whl .stage/ort/onnxruntime.tar.xz
+du -sh .stage/build .stage/ort
