@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU machine, after build.sh and the wheel parts: one model's row of bench/gpu_models.py at batch 1 and 16,
+# GPU machine (carry .stage/ort .stage/lib, the latter from build.sh): one model's row of bench/gpu_models.py at batch 1 and 16,
 # its table and log written under $OUT as it goes (a call cut off at its time limit keeps what it wrote).
 #   bash .ci/gpu/models.sh MODEL PRECISION TAG [more gpu_models.py arguments]
 set -uo pipefail

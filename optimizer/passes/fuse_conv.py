@@ -252,11 +252,11 @@ class _Fuser:
         dense_desc = dict(desc, group=1)
         if self.kernel_query(self.target, dense_desc)[0] == 0:
             return None
-        w = block_diagonal(p.weight, p.group)
-        bias = p.bias if p.bias is not None else np.zeros(w.shape[0], dtype=w.dtype)
-        nodes = [conv, *c.nodes]  # timed against the runtime's grouped conv: a key of its own
-        groups = self.decider.groups(self.graph, f"{conv.name}_dense", nodes, conv.inputs[0], c.z, c.output, w, bias,
-                                     ConvDesc(**dense_desc), "+".join(n.op for n in nodes) + f" (g{p.group} as dense)")
+        dense = ConvParams(block_diagonal(p.weight, p.group), p.bias, 1, p.strides, p.pads, p.dilations,
+                           dense_from_groups=p.group)
+        # timed against the runtime's grouped conv: a name and a costs key of its own
+        pattern = "+".join(n.op for n in [conv, *c.nodes]) + f" (g{p.group} as dense)"
+        groups = self.groups(conv, dense, c, dense_desc, f"{conv.name}_dense", pattern)
         verdict = self.decider.verdict(groups, contract.PRECISION_OF_CODE[desc["dtype"]], name=conv.name)
         if not (verdict.fuse and verdict.measured()):
             return None
@@ -265,12 +265,13 @@ class _Fuser:
         ours = " / ".join(f"{g.ours_us:.1f}" for g in grouped.timings)
         verdict.reason = (f"faster as a dense conv on block-diagonal filters ({p.group} groups; our grouped "
                           f"kernel {ours} µs, {'faster' if grouped.fuse else 'slower'} than the runtime)")
-        return ConvParams(w, p.bias, 1, p.strides, p.pads, p.dilations, dense_from_groups=p.group), verdict
+        return dense, verdict
 
-    def groups(self, conv: gs.Node, p: ConvParams, c: Candidate, desc: dict):
+    def groups(self, conv: gs.Node, p: ConvParams, c: Candidate, desc: dict, name: str | None = None,
+               pattern: str | None = None):
         bias = p.bias if p.bias is not None else np.zeros(p.weight.shape[0], dtype=p.weight.dtype)
-        return self.decider.groups(self.graph, conv.name, [conv, *c.nodes], conv.inputs[0], c.z, c.output,
-                                   p.weight, bias, ConvDesc(**desc))
+        return self.decider.groups(self.graph, name or conv.name, [conv, *c.nodes], conv.inputs[0], c.z, c.output,
+                                   p.weight, bias, ConvDesc(**desc), pattern)
 
     def rewrite(self, conv: gs.Node, p: ConvParams, c: Candidate) -> None:
         graph = self.graph
