@@ -36,7 +36,7 @@ if(has_sm90a)
   target_compile_options(epifuse_sm90 PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++17 -O3 -DNDEBUG
                          -DCUTLASS_ENABLE_GDC_FOR_SM90
                          --expt-relaxed-constexpr -Xcompiler=-fPIC,-fvisibility=hidden
-                         -gencode=arch=compute_90a,code=sm_90a>)
+                         -gencode=arch=compute_90a,code=${code_prefix}_90a>)
   target_compile_definitions(epifuse_sm90 PRIVATE ${epifuse_dtype_definitions})
   target_include_directories(epifuse_sm90 PRIVATE ${sm90_dir} ${CMAKE_CURRENT_SOURCE_DIR}
                              $<TARGET_PROPERTY:epifuse_core_static,INTERFACE_INCLUDE_DIRECTORIES>)
