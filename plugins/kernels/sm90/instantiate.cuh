@@ -4,6 +4,11 @@
 // the entry's columns into a GemmConfig / ConvConfig and defines `KernelImpl sm90_<dtype>_<name>()`.
 // Every entry of the kind is declared as a type (cheap: nothing is instantiated until used), so a
 // unit needs no parsing of its own.
+// A unit may hold several kernels of one kind (EPIFUSE_CUDA_KERNELS_PER_UNIT): it includes this file
+// once per kernel, redefining the name and dtype in between; everything above the instantiation is
+// read once.
+#ifndef EPIFUSE_SM90_MANIFEST_DECLARED
+#define EPIFUSE_SM90_MANIFEST_DECLARED
 #if defined(EPIFUSE_SM90_GEMM_UNIT)
 #include "sm90_gemm.cuh"
 #elif defined(EPIFUSE_SM90_CONV_UNIT)
@@ -63,6 +68,7 @@ namespace epifuse::cuda::sm90_manifest {
 #define EPIFUSE_SM90_FN EPIFUSE_SM90_CAT3(sm90_, EPIFUSE_SM90_DTYPE, EPIFUSE_SM90_CAT3(_, EPIFUSE_SM90_NAME, ))
 // One more expansion step, so that SM90_KERNEL's pasting sees the final names.
 #define EPIFUSE_SM90_INSTANTIATE(FN, NAME, ...) SM90_KERNEL(FN, NAME, __VA_ARGS__)
+#endif  // EPIFUSE_SM90_MANIFEST_DECLARED
 EPIFUSE_SM90_INSTANTIATE(
     EPIFUSE_SM90_FN, EPIFUSE_SM90_STR(EPIFUSE_SM90_FN),
     sm90_manifest::EPIFUSE_SM90_CAT3(EPIFUSE_SM90_NAME, _entry, )::Config<EPIFUSE_SM90_CAT3(EPIFUSE_SM90_DTYPE_, EPIFUSE_SM90_DTYPE, )>)
