@@ -1,6 +1,7 @@
 """Fold BatchNormalization (inference mode, constant statistics) into the op that produces its
 input: Conv and ConvTranspose (groups included; ConvTranspose's output channels are weight axis 1
-within each group), and Gemm/MatMul with constant weights. The fold is computed in float64 and
+within each group), Gemm/MatMul with constant weights, and the Convs a channel Concat joins (a slice
+of the BN's channels into each). The fold is computed in float64 and
 rounded once to the weights' dtype (fp16 models lose no more than one rounding). A BN with no
 foldable producer becomes a per-channel Mul+Add, which the layout pass can move like any
 elementwise op. Shared weights are never edited in place: each fold writes new initializers."""
@@ -139,6 +140,29 @@ def _to_affine(graph, bn, scale, shift) -> None:
     graph.nodes.append(gs.Node("Add", name=f"{bn.name}_add", inputs=[mid, add_c], outputs=[out]))
 
 
+def _concat_of_convs(graph, concat: gs.Node, channels: int) -> list[gs.Node] | None:
+    """The Convs whose outputs alone a channel Concat joins (timm's MixedConv2d), each output read by
+    the Concat only, their output channels adding up to `channels`, every filter and bias a constant:
+    a BN on the Concat folds into them, a slice of its channels each. None where any of that fails."""
+    rank = len(shape_of(concat.outputs[0]) or [])
+    axis = int(concat.attrs.get("axis", 0))
+    if rank < 3 or axis not in (1, 1 - rank):
+        return None
+    convs = []
+    for t in concat.inputs:
+        conv = producer(t)
+        if conv is None or conv.op != "Conv" or len(t.outputs) != 1 or t in graph.outputs or conv in convs:
+            return None
+        w = constant_value(conv.inputs[1])
+        has_bias = len(conv.inputs) > 2 and bool(conv.inputs[2].name)
+        if w is None or (has_bias and constant_value(conv.inputs[2]) is None):
+            return None
+        convs.append(conv)
+    if sum(constant_value(c.inputs[1]).shape[0] for c in convs) != channels:
+        return None
+    return convs
+
+
 def fold_batchnorm(graph: gs.Graph, report: Report) -> gs.Graph:
     for bn in [n for n in graph.nodes if n.op == "BatchNormalization"]:
         reason = _why_not_foldable(bn)
@@ -155,6 +179,18 @@ def fold_batchnorm(graph: gs.Graph, report: Report) -> gs.Graph:
                 folded = fold_into_conv(graph, prod, scale, shift)
             elif prod.op == "Gemm":
                 folded = _fold_gemm(graph, prod, scale, shift)
+            elif prod.op == "Concat" and (convs := _concat_of_convs(graph, prod, scale.size)):
+                start = 0
+                for conv in convs:  # every precondition was checked: each fold succeeds
+                    k = constant_value(conv.inputs[1]).shape[0]
+                    folded = fold_into_conv(graph, conv, scale[start:start + k], shift[start:start + k])
+                    start += k
+                    assert folded, conv.name
+                report.bn_folded["Conv (through Concat)"] += 1
+                out = bn.outputs[0]
+                bn.outputs.clear()
+                set_outputs(prod, [out])
+                continue
             elif prod.op == "MatMul":
                 folded = _fold_matmul(graph, prod, bn, scale, shift)
                 if folded:

@@ -43,11 +43,13 @@ from ..graph import (NCHW_TO_NHWC, NHWC_TO_NCHW, add_transpose, constant_value, 
                      shape_of, unique_name)
 from ..registry import ConvDesc
 from ..report import Report
+from .split_convs import SplitConvs, find_split_convs, merged_forms
 
 # The most groups a grouped conv is tried as a dense conv with (the dense conv does `group` times the
 # work): RegNetY-1.6GF's 2, 5 and 14, not ResNeXt's 32 nor RegNetY's 37.
 MAX_DENSE_GROUPS = 16
 DENSE_REWRITE = "grouped Conv → dense Conv on block-diagonal filters (ort-cuda, measured faster)"
+SPLIT_REWRITE = "Split → Convs → Concat → one {form} Conv"
 
 
 @dataclass
@@ -58,7 +60,7 @@ class ConvParams:
     strides: list[int]
     pads: list[int]
     dilations: list[int]
-    dense_from_groups: int = 0  # the conv's group count where `weight` is its block-diagonal dense form
+    rewrite: str = ""  # the report's `canonicalized` entry where `weight` is not the conv's own filter
 
 
 def block_diagonal(w: np.ndarray, group: int) -> np.ndarray:
@@ -253,7 +255,7 @@ class _Fuser:
         if self.kernel_query(self.target, dense_desc)[0] == 0:
             return None
         dense = ConvParams(block_diagonal(p.weight, p.group), p.bias, 1, p.strides, p.pads, p.dilations,
-                           dense_from_groups=p.group)
+                           rewrite=DENSE_REWRITE)
         # timed against the runtime's grouped conv: a name and a costs key of its own
         pattern = "+".join(n.op for n in [conv, *c.nodes]) + f" (g{p.group} as dense)"
         groups = self.groups(conv, dense, c, dense_desc, f"{conv.name}_dense", pattern)
@@ -267,6 +269,48 @@ class _Fuser:
                           f"kernel {ours} µs, {'faster' if grouped.fuse else 'slower'} than the runtime)")
         return dense, verdict
 
+    def plan_split(self, sc: SplitConvs) -> Plan | None:
+        """The Split → Convs → Concat group `sc` as one FusedConv on merged filters, in the form measured
+        fastest where that beats the runtime running the group's nodes at every batch size (fuse=always:
+        the first form that does no more work than the parts); None where no form does."""
+        if self.decider.mode not in ("auto", "always") or any(id(n) in self.claimed for n in sc.nodes):
+            return None
+        parts = [_conv_params(conv) for conv in sc.convs]
+        if any(isinstance(p, str) for p in parts):
+            return None
+        candidates = [c for c in _candidates(self.graph, sc.output) if not any(id(n) in self.claimed for n in c.nodes)]
+        best, tried = None, []
+        for form, fields, work in merged_forms(parts):
+            if self.decider.mode == "always" and work > 1:
+                continue
+            params = ConvParams(**fields, rewrite=SPLIT_REWRITE.format(form=form))
+            cand = next((c for c in candidates if self.kernel_query(self.target, self.desc(sc.split, params, c))[0]), None)
+            if cand is None:
+                tried.append(f"as {form}: no kernel")
+                continue
+            desc = self.desc(sc.split, params, cand)
+            merged = Candidate(cand.activation, cand.params, cand.residual, cand.z,
+                               [*sc.convs, sc.concat, *cand.nodes], cand.output)
+            pattern = "+".join(n.op for n in [sc.split, *merged.nodes]) + f" (as {form})"
+            verdict = self.decider.verdict(self.groups(sc.split, params, merged, desc, f"{sc.split.name}_{form}", pattern),
+                                           contract.PRECISION_OF_CODE[desc["dtype"]], name=sc.split.name)
+            if self.decider.mode == "always":
+                best = Plan(sc.split, params, merged, verdict)
+                break
+            ours = sum(t.ours_us for t in verdict.timings) if verdict.measured() else float("inf")
+            tried.append(f"as {form}: {'faster' if verdict.fuse else 'slower'}"
+                         + (f" ({' / '.join(f'{t.ours_us:.1f}' for t in verdict.timings)} µs)" if verdict.measured() else ""))
+            if verdict.fuse and verdict.measured() and (best is None or ours < best[0]):
+                best = (ours, Plan(sc.split, params, merged, verdict))
+        if isinstance(best, tuple):
+            best = best[1]
+            best.verdict.reason = f"{len(sc.convs)} convs merged; " + "; ".join(tried)
+        if best is None:
+            self.report.skip(sc.split, f"{len(sc.convs)} split convs not merged: " + ("; ".join(tried) or "no merged form"))
+            return None
+        self.claimed.update(id(n) for n in best.nodes)
+        return best
+
     def groups(self, conv: gs.Node, p: ConvParams, c: Candidate, desc: dict, name: str | None = None,
                pattern: str | None = None):
         bias = p.bias if p.bias is not None else np.zeros(p.weight.shape[0], dtype=p.weight.dtype)
@@ -278,7 +322,8 @@ class _Fuser:
         w = p.weight
         bias = p.bias if p.bias is not None else np.zeros(w.shape[0], dtype=w.dtype)
         inputs = [self.to_nhwc(conv.inputs[0]),
-                  make_constant(graph, f"{conv.name}_W_krsc", _krsc(w, sole_reader=len(conv.inputs[1].outputs) == 1)),
+                  make_constant(graph, f"{conv.name}_W_krsc",
+                                _krsc(w, sole_reader=conv.op != "Conv" or len(conv.inputs[1].outputs) == 1)),
                   make_constant(graph, f"{conv.name}_B", bias.astype(w.dtype).reshape(-1))]
         if c.z is not None:
             inputs.append(self.to_nhwc(c.z))
@@ -296,19 +341,20 @@ class _Fuser:
                                    domain=contract.DOMAIN, attrs=attrs, inputs=inputs, outputs=[y_nhwc]))
         self.account(conv, c)
         final = c.output
-        filter_tensor = conv.inputs[1]
+        filters = [n.inputs[1] for n in [conv, *c.nodes] if n.op == "Conv"]  # a merged split's are several
         for node in [conv, *c.nodes]:  # detach fully so consumer counts stay exact for later convs
             node.inputs.clear()
             node.outputs.clear()
-        if isinstance(filter_tensor, gs.Constant) and not filter_tensor.outputs:
-            # gs tensors sit in reference cycles, so the OIHW filter would live until a cycle collection,
-            # beside its KRSC copy: empty it now (nothing reads it any more)
-            filter_tensor.values = np.empty((0,), w.dtype)
+        for filter_tensor in filters:
+            if isinstance(filter_tensor, gs.Constant) and not filter_tensor.outputs:
+                # gs tensors sit in reference cycles, so the OIHW filter would live until a cycle collection,
+                # beside its KRSC copy: empty it now (nothing reads it any more)
+                filter_tensor.values = np.empty((0,), w.dtype)
         add_transpose(graph, y_nhwc, NHWC_TO_NCHW, f"{final.name}_nchw", out=final)
         self.report.transposes_inserted += 1
         self.report.fusions[f"{c.activation}/{c.residual}"] += 1
-        if p.dense_from_groups:
-            self.report.canonicalized[DENSE_REWRITE] += 1
+        if p.rewrite:
+            self.report.canonicalized[p.rewrite] += 1
 
     def account(self, conv: gs.Node, c: Candidate) -> None:
         """Intermediates that are no longer written and read back, per image."""
@@ -326,8 +372,10 @@ def fuse_conv(graph: gs.Graph, report: Report, target: str, kernel_query, decide
     graph.toposort()
     decider = decider or Decider(target, "fp32", mode="always")
     fuser = _Fuser(graph, report, target, kernel_query, decider)
-    convs = [n for n in graph.nodes if n.op == "Conv" and (only is None or n.name in only)]
-    plans = [p for p in (fuser.plan(conv) for conv in convs) if p is not None]
+    splits = [] if only is not None else find_split_convs(graph)
+    plans = [p for p in (fuser.plan_split(sc) for sc in splits) if p is not None]
+    convs = [n for n in graph.nodes if n.op == "Conv" and (only is None or n.name in only) and id(n) not in fuser.claimed]
+    plans += [p for p in (fuser.plan(conv) for conv in convs) if p is not None]
     decider.choose_regions(graph, plans)
     for i, plan in enumerate(plans):
         if plan.verdict.fuse and not all(n.outputs for n in plan.nodes):
