@@ -272,14 +272,16 @@ class _Fuser:
     def plan_split(self, sc: SplitConvs) -> Plan | None:
         """The Split → Convs → Concat group `sc` as one FusedConv on merged filters, in the form measured
         fastest where that beats the runtime running the group's nodes at every batch size (fuse=always:
-        the first form that does no more work than the parts); None where no form does."""
+        the first form that does no more work than the parts); None where no form does, and its convs are
+        then planned one by one. (A region choice that later leaves a merged group unfused leaves its
+        convs to the runtime.)"""
         if self.decider.mode not in ("auto", "always") or any(id(n) in self.claimed for n in sc.nodes):
             return None
         parts = [_conv_params(conv) for conv in sc.convs]
         if any(isinstance(p, str) for p in parts):
             return None
         candidates = [c for c in _candidates(self.graph, sc.output) if not any(id(n) in self.claimed for n in c.nodes)]
-        best, tried = None, []
+        best, best_us, tried = None, float("inf"), []
         for form, fields, work in merged_forms(parts):
             if self.decider.mode == "always" and work > 1:
                 continue
@@ -297,17 +299,17 @@ class _Fuser:
             if self.decider.mode == "always":
                 best = Plan(sc.split, params, merged, verdict)
                 break
-            ours = sum(t.ours_us for t in verdict.timings) if verdict.measured() else float("inf")
-            tried.append(f"as {form}: {'faster' if verdict.fuse else 'slower'}"
-                         + (f" ({' / '.join(f'{t.ours_us:.1f}' for t in verdict.timings)} µs)" if verdict.measured() else ""))
-            if verdict.fuse and verdict.measured() and (best is None or ours < best[0]):
-                best = (ours, Plan(sc.split, params, merged, verdict))
-        if isinstance(best, tuple):
-            best = best[1]
-            best.verdict.reason = f"{len(sc.convs)} convs merged; " + "; ".join(tried)
+            measured = verdict.measured()
+            tried.append(f"as {form}: {verdict.reason}"
+                         + (f" ({' / '.join(f'{t.ours_us:.1f}' for t in verdict.timings)} µs)" if measured else ""))
+            ours = sum(t.ours_us for t in verdict.timings) if measured else float("inf")
+            if verdict.fuse and measured and ours < best_us:  # unmeasured (static) verdicts never merge
+                best, best_us = Plan(sc.split, params, merged, verdict), ours
         if best is None:
             self.report.skip(sc.split, f"{len(sc.convs)} split convs not merged: " + ("; ".join(tried) or "no merged form"))
             return None
+        if tried:
+            best.verdict.reason = f"{len(sc.convs)} convs merged; " + "; ".join(tried)
         self.claimed.update(id(n) for n in best.nodes)
         return best
 
