@@ -31,7 +31,7 @@ import onnx_graphsurgeon as gs
 
 from . import __version__, contract
 from .costs import NHWC_POOL, NHWC_POOL_GEMV, FusionGroup
-from .graph import constant_value
+from .graph import constant_value, shape_of
 from .libraries import CUDA_LIBRARY, ORT_LIBRARY, LibraryNotFound, library_path
 
 ONNX_DTYPE = {"fp32": onnx.TensorProto.FLOAT, "fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}
@@ -109,14 +109,30 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
                 out = gs.Variable(f"{t.name}_{copy}", dtype=None)
                 mapped[id(t)] = out
                 outputs.append(out)
-            graph.nodes.append(gs.Node(ready.op, f"{ready.name}_{copy}", dict(ready.attrs), inputs, outputs,
-                                       domain=ready.domain))
+            attrs = dict(ready.attrs)
+            if ready.op == "Split" and not ready.domain:
+                inputs = _split_sizes_as_input(ready, attrs, inputs, f"{ready.name}_{copy}_sizes")
+            graph.nodes.append(gs.Node(ready.op, f"{ready.name}_{copy}", attrs, inputs, outputs, domain=ready.domain))
         y = mapped.get(id(group.y))
         if y is None:
             raise NotMeasurable(f"the group's nodes do not write '{group.y.name}'")
         y.dtype, y.shape = dtype, group.y_shape
         graph.outputs.append(_transpose(graph, y, (0, 2, 3, 1), f"y{copy}") if nhwc_io else y)
     return _model(graph)
+
+
+def _split_sizes_as_input(node: gs.Node, attrs: dict, inputs: list, name: str) -> list:
+    """A Split written for opset 11-12 (sizes as the `split` attribute) or 18 (`num_outputs`) in the micro-
+    model's opset 17 form: the sizes as an int64 input (`attrs` loses the attribute)."""
+    sizes = attrs.pop("split", None)
+    if attrs.pop("num_outputs", None) is not None and sizes is None and not (len(inputs) > 1 and inputs[1].name):
+        axis = int(attrs.get("axis", 0))
+        sizes = [(shape_of(t) or [])[axis] if len(shape_of(t) or []) > abs(axis) else None for t in node.outputs]
+        if not all(isinstance(d, int) and d >= 0 for d in sizes):
+            raise NotMeasurable(f"Split '{node.name}': the sizes of its outputs are not known")
+    if sizes is None:
+        return inputs
+    return [inputs[0], gs.Constant(name, np.array(list(sizes), np.int64))]
 
 
 def _nhwc_pool_model(group: FusionGroup, copies: int) -> onnx.ModelProto:

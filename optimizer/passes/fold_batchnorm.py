@@ -187,6 +187,7 @@ def fold_batchnorm(graph: gs.Graph, report: Report) -> gs.Graph:
                     start += k
                     assert folded, conv.name
                 report.bn_folded["Conv (through Concat)"] += 1
+                report.activation_bytes_saved += 2 * (numel_per_image(x) or 0) * itemsize(x)
                 out = bn.outputs[0]
                 bn.outputs.clear()
                 set_outputs(prod, [out])

@@ -37,13 +37,13 @@ import onnx_graphsurgeon as gs
 
 from .. import contract, registry
 from ..activations import ActivationMatch, match_replaceable_activation
-from ..decide import Decider, Verdict
+from ..decide import EXCLUDED, Decider, Verdict
 from ..graph import (NCHW_TO_NHWC, NHWC_TO_NCHW, add_transpose, constant_value, depends_on,
                      ensure_domain, itemsize, make_constant, make_variable, numel_per_image, same_shape,
                      shape_of, unique_name)
 from ..registry import ConvDesc
 from ..report import Report
-from .split_convs import SplitConvs, find_split_convs, merged_forms
+from .split_convs import SplitConvs, find_split_convs, merged_forms, signature
 
 # The most groups a grouped conv is tried as a dense conv with (the dense conv does `group` times the
 # work): RegNetY-1.6GF's 2, 5 and 14, not ResNeXt's 32 nor RegNetY's 37.
@@ -272,19 +272,23 @@ class _Fuser:
     def plan_split(self, sc: SplitConvs) -> Plan | None:
         """The Split → Convs → Concat group `sc` as one FusedConv on merged filters, in the form measured
         fastest where that beats the runtime running the group's nodes at every batch size (fuse=always:
-        the first form that does no more work than the parts); None where no form does, and its convs are
-        then planned one by one. (A region choice that later leaves a merged group unfused leaves its
-        convs to the runtime.)"""
-        if self.decider.mode not in ("auto", "always") or any(id(n) in self.claimed for n in sc.nodes):
+        the form of least work with a kernel); None where no form does, and its convs are then planned
+        one by one. A group the whole-model check left out leaves its convs to the runtime too; a region
+        choice that leaves a merged group unfused does the same."""
+        excluded = self.decider.excluded
+        if self.decider.mode not in ("auto", "always") or any(id(n) in self.claimed for n in sc.nodes) \
+                or any(conv.name in excluded for conv in sc.convs):
+            return None
+        if sc.split.name in excluded:
+            self.claimed.update(id(conv) for conv in sc.convs)
+            self.report.skip(sc.split, f"{len(sc.convs)} split convs not merged nor fused: {EXCLUDED}")
             return None
         parts = [_conv_params(conv) for conv in sc.convs]
         if any(isinstance(p, str) for p in parts):
             return None
         candidates = [c for c in _candidates(self.graph, sc.output) if not any(id(n) in self.claimed for n in c.nodes)]
-        best, best_us, tried = None, float("inf"), []
-        for form, fields, work in merged_forms(parts):
-            if self.decider.mode == "always" and work > 1:
-                continue
+        best, fastest, tried = None, None, []  # (µs summed over the batch sizes, plan)
+        for form, fields, _ in merged_forms(parts):
             params = ConvParams(**fields, rewrite=SPLIT_REWRITE.format(form=form))
             cand = next((c for c in candidates if self.kernel_query(self.target, self.desc(sc.split, params, c))[0]), None)
             if cand is None:
@@ -293,25 +297,36 @@ class _Fuser:
             desc = self.desc(sc.split, params, cand)
             merged = Candidate(cand.activation, cand.params, cand.residual, cand.z,
                                [*sc.convs, sc.concat, *cand.nodes], cand.output)
-            pattern = "+".join(n.op for n in [sc.split, *merged.nodes]) + f" (as {form})"
+            # timed against the parts as they run: a key that names them
+            pattern = "+".join(n.op for n in [sc.split, *merged.nodes]) + f" (as {form} of {signature(parts)})"
             verdict = self.decider.verdict(self.groups(sc.split, params, merged, desc, f"{sc.split.name}_{form}", pattern),
                                            contract.PRECISION_OF_CODE[desc["dtype"]], name=sc.split.name)
+            plan = Plan(sc.split, params, merged, verdict)
             if self.decider.mode == "always":
-                best = Plan(sc.split, params, merged, verdict)
+                best = (0.0, plan)
                 break
-            measured = verdict.measured()
-            tried.append(f"as {form}: {verdict.reason}"
-                         + (f" ({' / '.join(f'{t.ours_us:.1f}' for t in verdict.timings)} µs)" if measured else ""))
-            ours = sum(t.ours_us for t in verdict.timings) if measured else float("inf")
-            if verdict.fuse and measured and ours < best_us:  # unmeasured (static) verdicts never merge
-                best, best_us = Plan(sc.split, params, merged, verdict), ours
+            if not verdict.measured():  # unmeasured (static) verdicts never merge
+                tried.append(f"as {form}: {verdict.reason}")
+                continue
+            ours = sum(t.ours_us for t in verdict.timings)
+            tried.append(f"as {form}: {verdict.reason} ({' / '.join(f'{t.ours_us:.1f}' for t in verdict.timings)} µs)")
+            fastest = min(fastest, (ours, plan), key=lambda f: f[0]) if fastest else (ours, plan)
+            if verdict.fuse:
+                best = min(best, (ours, plan), key=lambda f: f[0]) if best else (ours, plan)
         if best is None:
-            self.report.skip(sc.split, f"{len(sc.convs)} split convs not merged: " + ("; ".join(tried) or "no merged form"))
+            why = f"{len(sc.convs)} split convs not merged: " + ("; ".join(tried) or "no merged form")
+            if fastest is not None:  # a measured candidate like any other (the whole-model check's variants)
+                _, plan = fastest
+                plan.verdict.reason = why
+                self.report.decide(sc.split, "+".join(n.op for n in plan.nodes), plan.verdict)
+            else:
+                self.report.skip(sc.split, why)
             return None
+        _, plan = best
         if tried:
-            best.verdict.reason = f"{len(sc.convs)} convs merged; " + "; ".join(tried)
-        self.claimed.update(id(n) for n in best.nodes)
-        return best
+            plan.verdict.reason = f"{len(sc.convs)} convs merged; " + "; ".join(tried)
+        self.claimed.update(id(n) for n in plan.nodes)
+        return plan
 
     def groups(self, conv: gs.Node, p: ConvParams, c: Candidate, desc: dict, name: str | None = None,
                pattern: str | None = None):

@@ -67,6 +67,14 @@ def find_split_convs(graph: gs.Graph) -> list[SplitConvs]:
     return found
 
 
+def signature(parts: list) -> str:
+    """The parts as the runtime runs them (channels in > out, kernel, stride, pads), for a measurement's
+    key: two groups that merge into the same conv can differ in what the runtime does for them."""
+    return ", ".join(f"{p.weight.shape[1] * p.group}>{p.weight.shape[0]} {p.weight.shape[2]}x{p.weight.shape[3]}"
+                     f"{' dw' if p.group > 1 else ''} s{p.strides[0]},{p.strides[1]} p{','.join(map(str, p.pads))}"
+                     for p in parts)
+
+
 def _nest(sizes: list[int], dilation: int, lo: list[int], hi: list[int]) -> tuple[int, int, int, list[int]] | None:
     """One axis of the merged window: (size, pad before, pad after, each part's offset in it), where
     every part's window sits inside it at the same output positions for every input size; None where
