@@ -127,7 +127,8 @@ def _split_sizes_as_input(node: gs.Node, attrs: dict, inputs: list, name: str) -
     sizes = attrs.pop("split", None)
     if attrs.pop("num_outputs", None) is not None and sizes is None and not (len(inputs) > 1 and inputs[1].name):
         axis = int(attrs.get("axis", 0))
-        sizes = [(shape_of(t) or [])[axis] if len(shape_of(t) or []) > abs(axis) else None for t in node.outputs]
+        shapes = [shape_of(t) or [] for t in node.outputs]
+        sizes = [shape[axis] if -len(shape) <= axis < len(shape) else None for shape in shapes]
         if not all(isinstance(d, int) and d >= 0 for d in sizes):
             raise NotMeasurable(f"Split '{node.name}': the sizes of its outputs are not known")
     if sizes is None:
