@@ -423,7 +423,7 @@ class OrtCudaTimer:
         self.device = cuda_device_name() or "CUDA device"
         self.library = f"onnxruntime {ort.__version__} cuda, epifuse {__version__} {_build_of(CUDA_LIBRARY)}"
         self.rng = np.random.default_rng(0)
-        self._overhead: dict[bool, float] = {}
+        self._overhead: dict[bool, tuple] = {}  # library -> bound session of a one-Relu model
 
     def _bound(self, model: onnx.ModelProto, dtype: str, library: bool, prefer_nhwc: bool = False):
         """A session on `model` with device-resident inputs and outputs bound, warmed up (kernels chosen,
@@ -465,17 +465,25 @@ class OrtCudaTimer:
                 batches[i].append(self._batch_us(b))
         return [statistics.median(b) for b in batches]
 
-    def overhead_us(self, library: bool) -> float:
-        """The fixed cost of one replay: a model of one Relu on one element."""
+    def _overhead_bound(self, library: bool):
+        """A session whose replay is the fixed cost of one: a model of one Relu on one element."""
         if library not in self._overhead:
             x = gs.Variable("x", np.float16, (1,))
             y = gs.Variable("y", np.float16, (1,))
             graph = gs.Graph(nodes=[gs.Node("Relu", "relu", {}, [x], [y])], inputs=[x], outputs=[y], opset=OPSET)
-            self._overhead[library] = self._interleaved_us([self._bound(_model(graph), "fp16", library)])[0]
+            self._overhead[library] = self._bound(_model(graph), "fp16", library)
         return self._overhead[library]
 
-    def _per_copy(self, total_us: float, copies: int, library: bool) -> float:
-        return max(total_us - self.overhead_us(library), 0.01 * total_us) / copies
+    def _per_copy_us(self, timed: list[tuple[object, int, bool]]) -> list[float]:
+        """µs per copy of each (bound session, copies, library): its replay less the fixed cost of one,
+        read in the same interleaved rounds. The fixed cost is timed with every measurement, not once:
+        read once at a moment the host was slow, it was ~8 µs too high and took that from every runtime
+        time of the run (ORT's 4 µs squeeze-excite convs read as 0.07 µs, nothing fused)."""
+        libraries = sorted({library for _, _, library in timed})
+        totals = self._interleaved_us([b for b, _, _ in timed] + [self._overhead_bound(lib) for lib in libraries])
+        overhead = dict(zip(libraries, totals[len(timed):]))
+        return [max(total - overhead[library], 0.01 * total) / copies
+                for total, (_, copies, library) in zip(totals, timed)]
 
     def group_times(self, group: FusionGroup) -> tuple[float, float]:
         if group.dtype == "bf16":
@@ -485,16 +493,14 @@ class OrtCudaTimer:
         try:
             ours_bound = self._bound(fused_model(group, copies), group.dtype, library=True)
             nchw = self._bound(runtime_model(group, runtime_copies), group.dtype, library=False)
-            ours_total, nchw_total = self._interleaved_us([ours_bound, nchw])
-            ours = self._per_copy(ours_total, copies, library=True)
-            runtime = self._per_copy(nchw_total, runtime_copies, library=False)
+            ours, runtime = self._per_copy_us([(ours_bound, copies, True), (nchw, runtime_copies, False)])
             # ORT's NHWC convs (prefer_nhwc) might beat ours; a pool's runtime form is NHWC already
             if ours < runtime and len(group.x_shape) == 4 and group.pattern not in (NHWC_POOL, NHWC_POOL_GEMV):
                 nhwc = self._bound(runtime_model(group, runtime_copies, nhwc_io=True), group.dtype, library=False,
                                    prefer_nhwc=True)
-                ours_total, nhwc_total = self._interleaved_us([ours_bound, nhwc])
-                ours = max(ours, self._per_copy(ours_total, copies, library=True))  # a win read twice, kept
-                runtime = min(runtime, self._per_copy(nhwc_total, runtime_copies, library=False))  # at its worst
+                ours_again, nhwc_us = self._per_copy_us([(ours_bound, copies, True), (nhwc, runtime_copies, False)])
+                ours = max(ours, ours_again)  # a win read twice, kept
+                runtime = min(runtime, nhwc_us)  # at its worst
         except NotMeasurable:
             raise
         except Exception as e:
@@ -504,7 +510,7 @@ class OrtCudaTimer:
     def transpose_times(self, shape, dtype: str) -> float:
         copies = int(min(self.MAX_COPIES, max(1, self.TARGET_US / (4 + 2 * math.prod(shape) * 2 / 2e3))))
         bound = self._bound(transpose_model(shape, dtype, copies), dtype, library=False)
-        return self._per_copy(self._interleaved_us([bound])[0], copies, library=False)
+        return self._per_copy_us([(bound, copies, False)])[0]
 
 
 def _copies_for(group: FusionGroup, target_us: float, most: int) -> int:
