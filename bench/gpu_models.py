@@ -86,6 +86,16 @@ def fp32_errors(original: onnx.ModelProto, optimized: onnx.ModelProto, batch: in
     return err
 
 
+def print_profiles(name: str, batch: int, original: onnx.ModelProto, optimized: onnx.ModelProto, size: int):
+    """ORT on the original and the optimized model, kernel by kernel (prefer_nhwc on for both; needs torch)."""
+    from ort_models import kernel_profile, timeline
+
+    for label, model, library in (("ort", original, False), ("epifuse", optimized, True)):
+        for title, view in (("5 runs", kernel_profile), ("CUDA-graph timeline", timeline)):
+            print(f"--- {name} batch {batch}: {label}, {title}\n"
+                  + view(model.SerializeToString(), batch, library=library, prefer_nhwc=True, size=size), flush=True)
+
+
 def table(rows: list[dict], args) -> str:
     """Markdown rows; the optional columns only where they were measured."""
     cols = [("model", "{model}"), ("batch", "{batch}"), ("ORT best ms", "{ort:.3f}"), ("epifuse ms", "{epifuse:.3f}"),
@@ -114,6 +124,9 @@ def main() -> int:
     ap.add_argument("--tune", action="store_true",
                     help="tune kernels when first chosen (EPIFUSE_TUNE=1; default: the registry's heuristic)")
     ap.add_argument("--fuse", default="auto", choices=("auto", "static"), help="how the optimized model decides")
+    ap.add_argument("--profile", action="store_true",
+                    help="print where each batch's time goes, ORT on the original and epifuse: CUDA kernels by total "
+                         "time (5 runs) and one CUDA-graph replay kernel by kernel (bench/ort_models.py's views)")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     allow_tf32 = args.precision != "fp32-strict"
@@ -169,6 +182,8 @@ def main() -> int:
                      else "") + (f"; always {row['always']:.3f}x" if always is not None else "")
             print(f"{name} batch {batch}: ORT {row['ort']:.3f} ms, epifuse {row['epifuse']:.3f} ms, "
                   f"{row['speed-up']:.3f}x ({row['q1']:.3f}-{row['q3']:.3f}){extra}", flush=True)
+            if args.profile:
+                print_profiles(name, batch, model, auto, args.size)
         if args.markdown:  # after every model: a run cut short keeps the rows it has
             Path(args.markdown).write_text(table(rows, args) + "\n")
     print(table(rows, args))
