@@ -122,7 +122,9 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (1, 9, 9, 1032, 1032, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1032),  # depthwise C > 512: channel split
     (1, 9, 11, 10, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 10),    # depthwise C % 4 != 0: scalar only
     (3, 7, 7, 96, 96, 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), 96),     # global 7x7 pool as a depthwise conv
-    (2, 28, 28, 72, 72, 28, 28, (1, 1), (0, 0, 0, 0), (1, 1), 72),  # global 28x28: taps in chunks, part slice
+    (2, 28, 28, 72, 72, 28, 28, (1, 1), (0, 0, 0, 0), (1, 1), 72),  # global 28x28: 4 pixel ranges, partial sums, part slice
+    (16, 112, 112, 32, 32, 112, 112, (1, 1), (0, 0, 0, 0), (1, 1), 32),  # squeeze-excite pool 112x112: 49 ranges
+    (901, 3, 5, 4, 4, 3, 5, (1, 1), (0, 0, 0, 0), (1, 1), 4),   # global, 901 images: two a block, the last alone
     (3, 5, 9, 34, 34, 5, 9, (2, 2), (0, 0, 0, 0), (1, 1), 34),     # global 5x9, strided, C = 34
     (2, 11, 12, 40, 40, 9, 9, (1, 1), (4, 4, 4, 4), (1, 1), 40),   # depthwise 9x9 (MixNet): vector kernel
     (1, 6, 40, 16, 16, 1, 5, (1, 2), (0, 2, 0, 2), (1, 1), 16),    # depthwise non-square, stride 1x2
@@ -238,6 +240,7 @@ def test_residual_depthwise_and_fp32(residual):
     _run_all("float16", 1, 9, 9, 16, 32, 3, 3, pads=(1, 1, 1, 1), residual=residual, act="mish")
     _run_all("bfloat16", 2, 14, 15, 96, 96, 7, 7, pads=(3, 3, 3, 3), group=96, residual=residual, act="silu")
     _run_all("float16", 3, 7, 7, 96, 96, 7, 7, group=96, residual=residual, act="hardswish")  # global
+    _run_all("float32", 2, 40, 40, 64, 64, 40, 40, group=64, residual=residual, act="silu")  # global, split map
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -199,6 +199,38 @@ def test_a_small_pool_is_weighed_in_the_layout_it_will_sit_in(tmp_path, conv_fus
         assert "GlobalAveragePool" in [n.op_type for n in optimized.graph.node]
 
 
+@pytest.mark.parametrize("pool_us,fused", [(3.0, True), (30.0, False), (None, False)])
+def test_a_large_pool_becomes_a_fused_conv_only_where_measured_faster(tmp_path, pool_us, fused):
+    """A 16x16 pool (more than 64 pixels) after a fused conv: rewritten where measured faster than the
+    NHWC pool the model would run; slower, or unmeasured (the budget spent before it: the static policy
+    would approve any depthwise kernel), it stays a pool."""
+    def build(g, x):
+        with g.scope("c0"):
+            y = g.op("Relu", [g.conv_bn(x, 8, 16, 3)])
+        return g.op("GlobalAveragePool", [y])
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build, size=16))
+    (conv,) = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    pool = next(n.name for n in model.graph.node if n.op_type == "GlobalAveragePool")
+    times = {conv: (10.0, 20.0)}
+    if pool_us is not None:
+        times[f"{pool}_depthwise"] = (pool_us, 15.0)
+        optimized, report = _optimize(model, FakeTimer(times), tmp_path=tmp_path)
+    else:
+        clock = FakeClock()
+        timer = FakeTimer(times, clock=clock, seconds_per_call=5.0)
+        optimized, report = _optimize(model, timer, tmp_path=tmp_path, measure_budget_s=7.0, clock=clock)
+    decisions = {d.node: d for d in report.decisions}
+    assert decisions[conv].fused
+    assert [n.op_type for n in optimized.graph.node].count(contract.OP_TYPE) == 1 + fused  # else nhwc_pools' GEMV
+    if fused:
+        assert decisions[f"{pool}_depthwise"].fused
+    elif pool_us is None:
+        assert decisions[pool].reason.startswith("a pool of 16x16 pixels (more than 64)")
+    else:
+        assert decisions[pool].reason == "slower"
+
+
 def test_a_measured_win_is_confirmed_by_a_second_reading(tmp_path):
     model, (a, b) = _chain(2, pool_between=True)
     timer = FakeTimer({a: [(5.0, 20.0), (30.0, 19.0)], b: [(5.0, 20.0), (6.0, 21.0)]})

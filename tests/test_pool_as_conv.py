@@ -1,6 +1,7 @@
 """pool_as_conv: for ort-cuda, a GlobalAveragePool over at most 64 static pixels becomes a depthwise
 Conv of 1/(H*W) taps, fused into a FusedConv that reads the NHWC region directly, with the same result
-(ORT CPU EP, the library's CPU kernel); larger or dynamic pools and other targets keep the pool."""
+(ORT CPU EP, the library's CPU kernel); larger pools only where measured faster (tests/test_decide.py),
+dynamic pools and other targets keep the pool."""
 import numpy as np
 import onnx
 import pytest
@@ -11,7 +12,7 @@ from optimizer.pipeline import optimize_model
 from optimizer.verify import verify
 from tests.helpers import ops
 
-REWRITE = "small GlobalAveragePool → depthwise Conv (ort-cuda)"
+REWRITE = "GlobalAveragePool → depthwise Conv (ort-cuda)"
 
 
 def _pool_model(h, w, c=16, batch=2):
@@ -48,9 +49,21 @@ def test_pools_up_to_64_pixels_are_rewritten(hw):
 
 
 @pytest.mark.parametrize("hw", [(9, 8), (56, 56)])
-def test_larger_pools_stay_pools(hw):
-    optimized, report = optimize_model(_pool_model(*hw), target="ort-cuda")
+@pytest.mark.parametrize("mode", ["static", "auto"])  # auto: no GPU to measure on here, so the static policy
+def test_larger_pools_stay_pools_unmeasured(hw, mode):
+    from optimizer.pipeline import FusionPolicy
+
+    optimized, report = optimize_model(_pool_model(*hw), target="ort-cuda", policy=FusionPolicy(mode=mode))
     assert report.canonicalized[REWRITE] == 0 and "GlobalAveragePool" in ops(optimized)
+
+
+def test_a_larger_pool_fused_always_has_the_same_result():
+    from optimizer.pipeline import FusionPolicy
+
+    original = _pool_model(56, 56, c=8)
+    optimized, report = optimize_model(original, target="ort-cuda", policy=FusionPolicy(mode="always"))
+    assert report.canonicalized[REWRITE] == 1 and "GlobalAveragePool" not in ops(optimized)
+    assert verify(original, optimized)["passed"]
 
 
 @pytest.mark.parametrize("target", ["ort-cpu", "tensorrt"])

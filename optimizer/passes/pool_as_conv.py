@@ -1,14 +1,18 @@
-"""Small global average pools as depthwise convs (target ort-cuda): GlobalAveragePool over a static
-H x W of at most 64 pixels (the last stage of ResNet, EfficientNet, MobileNet: 7x7) becomes
+"""Global average pools as depthwise convs (target ort-cuda): GlobalAveragePool over a static H x W
+becomes
 
     Conv(X, W = 1/(H*W) in every tap of an H x W filter, group = C)   →   [N, C, 1, 1]
 
-so the fusion pass gives it to FusedConv (the depthwise kernel) and it reads the NHWC region's tensor
-as it is. Why: the NHWC pool otherwise ends as nhwc_pools' GEMV, which ONNX Runtime runs as a batched
-MatMul: at batch 1 it copied three pointer arrays host→device inside the CUDA graph and ran cuBLAS's
-gemv, ~15 µs of ResNet-50's 0.40 ms (graph timeline, `bench/ort_models.py --timeline`). Larger pools
-(squeeze-excite at 56x56 and up) stay pools: a depthwise kernel would reduce thousands of taps per
-thread. 1/(H*W) rounds to fp16 within 2^-11 relative, as nhwc_pools' row does; the sum is fp32.
+so the fusion pass gives it to FusedConv (the depthwise kernels; cuda_depthwise_global splits a large
+map over several blocks) and it reads the NHWC region's tensor as it is. Why: the NHWC pool otherwise
+runs as ONNX Runtime's ReduceMean over axes 1 and 2 (cudnnReduceTensor: 20-43 µs for each
+squeeze-excite pool of EfficientNet-B0's first stages at batch 16 in fp32, two kernels each, 0.54 of its
+1.70 ms on an H200) or, for fp16, as nhwc_pools' GEMV, which ONNX Runtime runs as a batched MatMul: at
+batch 1 it copied three pointer arrays host→device inside the CUDA graph and ran cuBLAS's gemv, ~15 µs
+of ResNet-50's 0.40 ms (graph timeline, `bench/ort_models.py --timeline`). Pools of at most 64 pixels
+(the last stage of ResNet, EfficientNet, MobileNet: 7x7) are rewritten on every policy; larger ones
+(squeeze-excite at 14x14 and up) only where measured faster or under `--fuse always`. 1/(H*W) rounds to
+fp16 within 2^-11 relative, as nhwc_pools' row does; the sum is fp32.
 With a decider it runs after the fuse pass, so it knows the layout the pool will sit in: a pool
 reading a fused conv's NHWC output (through the Transpose the fuse pass leaves, or elementwise ops the
 layout pass moves it through) is weighed against that pool as the model runs it unfused there — a
@@ -31,18 +35,18 @@ from ..report import Report
 from .layout import HANDLERS, variable_data_inputs
 from .nhwc_pools import pools_as_gemv
 
-MAX_PIXELS = 64
+UNMEASURED_MAX_PIXELS = 64  # larger pools only where measured (or fuse=always)
+REWRITE = "GlobalAveragePool → depthwise Conv (ort-cuda)"
 
 
-def _small_pool(node: gs.Node) -> tuple[int, int, int] | None:
-    """(C, H, W) when `node` is a GlobalAveragePool over a static C x H x W with H*W <= MAX_PIXELS."""
+def _static_pool(node: gs.Node) -> tuple[int, int, int] | None:
+    """(C, H, W) when `node` is a GlobalAveragePool over a static C x H x W."""
     if node.op != "GlobalAveragePool":
         return None
     shape = shape_of(node.inputs[0])
     if not shape or len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape[1:]):
         return None
-    c, h, w = shape[1:]
-    return (c, h, w) if h * w <= MAX_PIXELS else None
+    return tuple(shape[1:])
 
 
 def _from_nhwc(t: gs.Tensor, depth: int = 8) -> bool:
@@ -62,14 +66,18 @@ def _from_nhwc(t: gs.Tensor, depth: int = 8) -> bool:
 def pool_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, kernel_query=None) -> gs.Graph:
     """With a `decider` (optimizer.decide) and `kernel_query`, after the fuse pass: a pool is rewritten
     only where it reads an NHWC region and the FusedConv that would replace it is faster than the pool
-    as the model would run it there (every pool where the decider fuses always); without, every pool."""
+    as the model would run it there (every pool where the decider fuses always; a pool of more than
+    UNMEASURED_MAX_PIXELS only on a measurement); without, every pool of at most that many pixels."""
     if target != "ort-cuda":
         return graph
     for node in list(graph.nodes):
-        found = _small_pool(node) if node.outputs else None
+        found = _static_pool(node) if node.outputs else None
         if found is None:
             continue
         c, h, w = found
+        large = h * w > UNMEASURED_MAX_PIXELS
+        if large and decider is None:
+            continue
         x, y = node.inputs[0], node.outputs[0]
         base = node.name or "pool"
         dtype = np.dtype(x.dtype) if x.dtype is not None else np.dtype(np.float32)  # a model already in fp16
@@ -84,6 +92,10 @@ def pool_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, ker
             gemv = pools_as_gemv(target, decider.precision)  # nhwc_pools turns the unfused NHWC pool into a GEMV
             verdict = decider.approve(graph, f"{base}_depthwise", [node], x, y, filters, np.zeros(c, dtype), desc,
                                       kernel_query, pattern=NHWC_POOL_GEMV if gemv else NHWC_POOL)
+            if verdict.fuse and large and decider.mode != "always" and not verdict.measured():
+                decider.approved.pop(f"{base}_depthwise", None)
+                verdict = Verdict(False, f"a pool of {h}x{w} pixels (more than {UNMEASURED_MAX_PIXELS}) is a "
+                                         "depthwise FusedConv only where measured faster", fixed=True)
             if not verdict.fuse:
                 report.decide(node, "GlobalAveragePool (as a depthwise FusedConv)", verdict)
                 continue
@@ -93,5 +105,5 @@ def pool_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, ker
                                    inputs=[x, weights], outputs=[pooled]))
         replace_uses(graph, y, pooled)
         node.outputs.clear()
-        report.canonicalized["small GlobalAveragePool → depthwise Conv (ort-cuda)"] += 1
+        report.canonicalized[REWRITE] += 1
     return graph.cleanup(remove_unused_graph_inputs=False).toposort()

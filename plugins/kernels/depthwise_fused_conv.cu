@@ -2,9 +2,10 @@
 // and access patterns. Five registry kernels (rules in plugins/core/rules_direct.cc, the untuned order
 // in heuristics.cc; the tuner and TensorRT time them all):
 //  - cuda_depthwise_global (m == 1, the filter covers the whole unpadded map, C even): a global pool
-//    written as a conv, one output pixel per image, a block's threads splitting the pixels of one image
-//    and 32 channels between them (the vector and scalar kernels give each output element or channel
-//    group one thread, a serial loop over the map; the tile and strip kernels take only 3x3-7x7 maps).
+//    written as a conv, one output pixel per image; a block's threads split up to 256 pixels and 32
+//    channels between them, and larger maps are split over blocks whose fp32 partial sums a second kernel
+//    adds (the vector and scalar kernels give each output element or channel group one thread, a serial
+//    loop over the map; the tile and strip kernels take only 3x3-7x7 maps).
 // and, the most reuse first:
 //  - cuda_depthwise_tile (m == 1, square 3x3/5x5/7x7, stride 1, dilation 1, any pads, C a multiple of
 //    16 bytes' worth of elements): a block stages the input patch of a TP x QT output tile and CB
@@ -470,57 +471,85 @@ __global__ void depthwise_scalar(Geometry g, const T* __restrict__ x, const T* _
 
 // The filter covers the whole map (P = Q = 1): each image's output is a per-channel dot product of its map
 // with the taps. Block: kGlobalChannels / 2 threads along x (2 channels each, one 2-element load per pixel)
-// x kGlobalLanes lanes along y splitting the pixels; gridDim.x images, gridDim.y channel slices. The
-// lanes' partial sums meet in shared memory, and lane 0 applies the epilogue.
+// x kGlobalLanes lanes along y splitting the pixels; gridDim.x channel slices, gridDim.y pixel ranges
+// (global_plan's splits), gridDim.z image groups. The block's taps are staged once and serve each of its
+// images; the lanes' partial sums meet in shared memory, and lane 0 applies the epilogue (one range) or
+// leaves the range's sums in `partials` for depthwise_global_finish.
 template <class T>
 __global__ void __launch_bounds__(kGlobalChannels / 2 * kGlobalLanes)
     depthwise_global(Geometry g, const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                     const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue) {
+                     const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue, float* __restrict__ partials,
+                     int split_pixels, int images_per_block) {
   constexpr int kRow = kGlobalChannels + 1;  // padded: the staging loop writes a column of taps
-  __shared__ float taps[kGlobalTapChunk * kRow];
+  __shared__ float taps[kGlobalSplitPixels * kRow];
   __shared__ float partial[kGlobalLanes * kRow];
-  const int n = blockIdx.x, c_base = blockIdx.y * kGlobalChannels;
+  const int c_base = blockIdx.x * kGlobalChannels, split = blockIdx.y;
   const int width = min(kGlobalChannels, g.C - c_base);
   const int tid = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
   const int c_local = 2 * threadIdx.x, c = c_base + c_local;
   const int pixels = g.R * g.S;  // == H * W
-  const T* image = x + int64_t(n) * pixels * g.C + c;
-  float acc0 = 0.f, acc1 = 0.f;
-  for (int t0 = 0; t0 < pixels; t0 += kGlobalTapChunk) {
-    const int count = min(kGlobalTapChunk, pixels - t0);
-    __syncthreads();  // the previous chunk's taps are read
-    for (int i = tid; i < width * count; i += threads) {  // along the taps of a channel: coalesced
-      const int ch = i / count, t = i % count;
-      taps[t * kRow + ch] = to_float(w[int64_t(c_base + ch) * pixels + t0 + t]);
-    }
-    __syncthreads();
+  const int p0 = split * split_pixels, count = min(split_pixels, pixels - p0);
+  for (int i = tid; i < width * count; i += threads) {  // along the taps of a channel: coalesced
+    const int ch = i / count, t = i % count;
+    taps[t * kRow + ch] = to_float(w[int64_t(c_base + ch) * pixels + p0 + t]);
+  }
+  const int n0 = blockIdx.z * images_per_block, n1 = min(g.N, n0 + images_per_block);
+  for (int n = n0; n < n1; ++n) {
+    __syncthreads();  // the taps are staged; the previous image's partial sums are read
+    float acc0 = 0.f, acc1 = 0.f;
     if (c_local < width) {
+      const T* image = x + (int64_t(n) * pixels + p0) * g.C + c;
 #pragma unroll 4
       for (int t = threadIdx.y; t < count; t += kGlobalLanes) {
-        const Vec<T, 2> v = *reinterpret_cast<const Vec<T, 2>*>(image + int64_t(t0 + t) * g.C);
+        const Vec<T, 2> v = *reinterpret_cast<const Vec<T, 2>*>(image + int64_t(t) * g.C);
         acc0 += to_float(v.v[0]) * taps[t * kRow + c_local];
         acc1 += to_float(v.v[1]) * taps[t * kRow + c_local + 1];
       }
     }
-  }
-  partial[threadIdx.y * kRow + c_local] = acc0;
-  partial[threadIdx.y * kRow + c_local + 1] = acc1;
-  __syncthreads();
-  if (threadIdx.y != 0 || c_local >= width) return;
-  float sum0 = 0.f, sum1 = 0.f;
+    partial[threadIdx.y * kRow + c_local] = acc0;
+    partial[threadIdx.y * kRow + c_local + 1] = acc1;
+    __syncthreads();
+    if (threadIdx.y != 0 || c_local >= width) continue;
+    float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-  for (int lane = 0; lane < kGlobalLanes; ++lane) {
-    sum0 += partial[lane * kRow + c_local];
-    sum1 += partial[lane * kRow + c_local + 1];
+    for (int lane = 0; lane < kGlobalLanes; ++lane) {
+      sum0 += partial[lane * kRow + c_local];
+      sum1 += partial[lane * kRow + c_local + 1];
+    }
+    const int64_t out = int64_t(n) * g.K + c;
+    if (gridDim.y > 1) {  // [image][channel][range]
+      partials[out * gridDim.y + split] = sum0;
+      partials[(out + 1) * gridDim.y + split] = sum1;
+      continue;
+    }
+    Vec<T, 2> yv;
+    yv.v[0] = from_float<T>(epilogue(sum0, to_float(b[c]), z ? to_float(z[out]) : 0.f));
+    yv.v[1] = from_float<T>(epilogue(sum1, to_float(b[c + 1]), z ? to_float(z[out + 1]) : 0.f));
+    *reinterpret_cast<Vec<T, 2>*>(y + out) = yv;
   }
-  const int64_t out = int64_t(n) * g.K + c;
-  Vec<T, 2> yv;
-  yv.v[0] = from_float<T>(epilogue(sum0, to_float(b[c]), z ? to_float(z[out]) : 0.f));
-  yv.v[1] = from_float<T>(epilogue(sum1, to_float(b[c + 1]), z ? to_float(z[out + 1]) : 0.f));
-  *reinterpret_cast<Vec<T, 2>*>(y + out) = yv;
+}
+
+// A split map's ranges added up, then the epilogue: a warp per output element, its lanes striding the
+// element's contiguous partial sums and meeting by shuffles (a fixed order, so a run repeats bit for bit).
+template <class T>
+__global__ void depthwise_global_finish(int64_t outputs, int C, int splits, const float* __restrict__ partials,
+                                        const T* __restrict__ b, const T* __restrict__ z, T* __restrict__ y,
+                                        Epilogue epilogue) {
+  const int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (i >= outputs) return;  // whole warps: the 32 threads of one element share i
+  const float* sums = partials + i * splits;
+  float sum = 0.f;
+  for (int s = lane; s < splits; s += 32) sum += sums[s];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) y[i] = from_float<T>(epilogue(sum, to_float(b[i % C]), z ? to_float(z[i]) : 0.f));
 }
 
 size_t no_workspace(const ConvProblem&) { return 0; }
+size_t global_workspace(const ConvProblem& p) {
+  return p.N > 0 ? size_t(global_workspace_bytes(p.N, p.C, p.R * p.S)) : 0;  // N < 0: not known yet
+}
 
 Geometry geometry_of(const ConvProblem& p) {
   return {int(p.N), int(p.H), int(p.W), int(p.C), int(p.K), int(p.R), int(p.S), int(p.P()), int(p.Q()),
@@ -618,12 +647,26 @@ Status launch_tile(const Geometry& g, const Tensors& t, const Epilogue& e, cudaS
 }
 
 template <class T>
-Status launch_global(const Geometry& g, const Tensors& t, const Epilogue& e, cudaStream_t stream) {
+Status launch_global(const Geometry& g, const Tensors& t, const Epilogue& e, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream) {
   if (!aligned_to(t, 2 * sizeof(T))) return misaligned("cuda_depthwise_global", 2 * sizeof(T));
-  const dim3 grid(unsigned(g.N), unsigned((g.C + kGlobalChannels - 1) / kGlobalChannels));
+  const GlobalPlan plan = global_plan(g.N, g.C, int64_t(g.R) * g.S);
+  const int64_t needed = global_workspace_bytes(g.N, g.C, int64_t(g.R) * g.S);
+  if (needed > 0 && (workspace == nullptr || workspace_bytes < size_t(needed) || reinterpret_cast<uintptr_t>(workspace) % 8))
+    return Status::Error("cuda_depthwise_global: needs an 8-byte aligned workspace of " + std::to_string(needed) +
+                         " bytes, got " + std::to_string(workspace_bytes));
+  float* partials = static_cast<float*>(workspace);
+  const dim3 grid(unsigned(plan.slices), unsigned(plan.splits), unsigned(plan.image_groups));
   depthwise_global<T><<<grid, dim3(kGlobalChannels / 2, kGlobalLanes), 0, stream>>>(
       g, static_cast<const T*>(t.x), static_cast<const T*>(t.w), static_cast<const T*>(t.b),
-      static_cast<const T*>(t.z), static_cast<T*>(t.y), e);
+      static_cast<const T*>(t.z), static_cast<T*>(t.y), e, partials, int(plan.split_pixels),
+      int(plan.images_per_block));
+  if (plan.splits > 1) {
+    const int64_t outputs = int64_t(g.N) * g.C;
+    depthwise_global_finish<T><<<unsigned((outputs + 7) / 8), 256, 0, stream>>>(  // 8 warps a block
+        outputs, g.C, int(plan.splits), partials, static_cast<const T*>(t.b), static_cast<const T*>(t.z),
+        static_cast<T*>(t.y), e);
+  }
   return check_launch("cuda_depthwise_global", cudaGetLastError());
 }
 
@@ -648,9 +691,9 @@ Status run(const char* name, bool (*can_implement)(const ConvProblem&, std::stri
   return visit_dtype(p.dtype, [&](auto tag) { return launch_typed(tag, geometry_of(p)); });
 }
 
-Status run_global(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStream_t stream) {
+Status run_global(const ConvProblem& p, const Tensors& t, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   return run("cuda_depthwise_global", depthwise_global_can_implement, p, [&](auto tag, const Geometry& g) {
-    return launch_global<decltype(tag)>(g, t, Epilogue::of(p), stream);
+    return launch_global<decltype(tag)>(g, t, Epilogue::of(p), workspace, workspace_bytes, stream);
   });
 }
 
@@ -697,7 +740,7 @@ Status run_scalar(const ConvProblem& p, const Tensors& t, void*, size_t, cudaStr
 }  // namespace
 
 std::vector<KernelImpl> depthwise_kernels() {
-  return {{"cuda_depthwise_global", no_workspace, run_global},
+  return {{"cuda_depthwise_global", global_workspace, run_global},
           {"cuda_depthwise_tile", no_workspace, run_tile},
           {"cuda_depthwise_strip", no_workspace, run_strip},
           {"cuda_depthwise_vec", no_workspace, run_vec},
