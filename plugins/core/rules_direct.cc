@@ -95,6 +95,9 @@ bool depthwise_global_can_implement(const ConvProblem& p, std::string* why) {
                            std::to_string(p.W) + " map (needs the whole map)");
   if ((p.C + depthwise::kGlobalChannels - 1) / depthwise::kGlobalChannels > 65535)
     return reject(why, "C = " + std::to_string(p.C) + ": more than 65535 channel slices");
+  if (saturating_product({p.R, p.S}) > int64_t(65535) * depthwise::kGlobalSplitPixels)
+    return reject(why, "a map of more than " + std::to_string(65535 * depthwise::kGlobalSplitPixels) +
+                           " pixels (65535 ranges of " + std::to_string(depthwise::kGlobalSplitPixels) + ")");
   if (saturating_product({p.R, p.S}) > kMax32 || (known(p.N) && p.N > kMax32))
     return reject(why, "the map or the batch exceeds 32-bit indexing");
   return true;
