@@ -173,19 +173,25 @@ def test_region_follows_the_models_permutes_through_a_residual_add(tmp_path):
     assert [n.op_type for n in optimized.graph.node].count("Transpose") == 1  # the output's (the input has its op)
 
 
-@pytest.mark.parametrize("conv_fuses", [True, False])
-def test_a_small_pool_is_weighed_in_the_layout_it_will_sit_in(tmp_path, conv_fuses):
-    """conv → Relu → 7x7 GlobalAveragePool on ort-cuda: after a fused conv the pool reads an NHWC tensor
-    and is weighed against its unfused NHWC form (here 15 µs: ours 3 fuses); after a conv left to the
-    runtime it reads NCHW and stays ORT's pool, unmeasured (a FusedConv would need the input transposed)."""
+def _conv_then_pool(size):
+    """conv → Relu → GlobalAveragePool over a size x size map: the model and the conv's and pool's names."""
     def build(g, x):
         with g.scope("c0"):
             y = g.op("Relu", [g.conv_bn(x, 8, 16, 3)])
         return g.op("GlobalAveragePool", [y])
 
-    model = onnx.shape_inference.infer_shapes(conv_net(build, size=7))
+    model = onnx.shape_inference.infer_shapes(conv_net(build, size=size))
     (conv,) = [n.name for n in model.graph.node if n.op_type == "Conv"]
     pool = next(n.name for n in model.graph.node if n.op_type == "GlobalAveragePool")
+    return model, conv, pool
+
+
+@pytest.mark.parametrize("conv_fuses", [True, False])
+def test_a_small_pool_is_weighed_in_the_layout_it_will_sit_in(tmp_path, conv_fuses):
+    """conv → Relu → 7x7 GlobalAveragePool on ort-cuda: after a fused conv the pool reads an NHWC tensor
+    and is weighed against its unfused NHWC form (here 15 µs: ours 3 fuses); after a conv left to the
+    runtime it reads NCHW and stays ORT's pool, unmeasured (a FusedConv would need the input transposed)."""
+    model, conv, pool = _conv_then_pool(size=7)
     timer = FakeTimer({conv: (10.0, 20.0) if conv_fuses else (30.0, 20.0), f"{pool}_depthwise": (3.0, 15.0)})
     optimized, report = _optimize(model, timer, tmp_path=tmp_path)
     decisions = {d.node: d for d in report.decisions}
@@ -204,14 +210,7 @@ def test_a_large_pool_becomes_a_fused_conv_only_where_measured_faster(tmp_path, 
     """A 16x16 pool (more than 64 pixels) after a fused conv: rewritten where measured faster than the
     NHWC pool the model would run; slower, or unmeasured (the budget spent before it: the static policy
     would approve any depthwise kernel), it stays a pool."""
-    def build(g, x):
-        with g.scope("c0"):
-            y = g.op("Relu", [g.conv_bn(x, 8, 16, 3)])
-        return g.op("GlobalAveragePool", [y])
-
-    model = onnx.shape_inference.infer_shapes(conv_net(build, size=16))
-    (conv,) = [n.name for n in model.graph.node if n.op_type == "Conv"]
-    pool = next(n.name for n in model.graph.node if n.op_type == "GlobalAveragePool")
+    model, conv, pool = _conv_then_pool(size=16)
     times = {conv: (10.0, 20.0)}
     if pool_us is not None:
         times[f"{pool}_depthwise"] = (pool_us, 15.0)
