@@ -177,11 +177,12 @@ class Decider:
 
     def approve(self, graph: gs.Graph, conv_name: str, nodes: list[gs.Node], x: gs.Tensor, y: gs.Tensor,
                 weight: np.ndarray, bias: np.ndarray, desc: ConvDesc, kernel_query,
-                pattern: str | None = None) -> Verdict:
+                pattern: str | None = None, unmeasured: str | None = None) -> Verdict:
         """For a pass that would rewrite `nodes` (a Gemm, a pool) as the conv `conv_name` only so that it
         fuses: the verdict on that fusion against the runtime running `nodes` as they are (or as
         `pattern` says they would run). A positive one is kept, and the fuse pass fuses that conv
-        without asking again."""
+        without asking again. `unmeasured`: the reason to refuse a fusion the static policy would
+        approve unmeasured (fuse=always still fuses)."""
         if conv_name in self.excluded or (nodes and nodes[0].name in self.excluded):
             return Verdict(False, EXCLUDED, fixed=True)
         count, reason = kernel_query(self.target, {f: getattr(desc, f) for f in desc.__dataclass_fields__})
@@ -189,6 +190,8 @@ class Decider:
             return Verdict(False, f"no kernel: {reason}", fixed=True)
         groups = self.groups(graph, conv_name, nodes, x, None, y, weight, bias, desc, pattern)
         verdict = self.verdict(groups, PRECISION_OF_CODE[desc.dtype], lambda: registry.kernel_names(self.target, desc))
+        if verdict.fuse and unmeasured and self.mode != "always" and not verdict.measured():
+            return Verdict(False, unmeasured, fixed=True)
         if verdict.fuse:
             verdict.fixed = True
             self.approved[conv_name] = verdict

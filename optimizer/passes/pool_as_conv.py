@@ -90,12 +90,11 @@ def pool_as_conv(graph: gs.Graph, report: Report, target: str, decider=None, ker
                            "need it transposed", fixed=True))
                 continue
             gemv = pools_as_gemv(target, decider.precision)  # nhwc_pools turns the unfused NHWC pool into a GEMV
+            unmeasured = (f"a pool of {h}x{w} pixels (more than {UNMEASURED_MAX_PIXELS}) is a depthwise FusedConv "
+                          "only where measured faster") if large else None
             verdict = decider.approve(graph, f"{base}_depthwise", [node], x, y, filters, np.zeros(c, dtype), desc,
-                                      kernel_query, pattern=NHWC_POOL_GEMV if gemv else NHWC_POOL)
-            if verdict.fuse and large and decider.mode != "always" and not verdict.measured():
-                decider.approved.pop(f"{base}_depthwise", None)
-                verdict = Verdict(False, f"a pool of {h}x{w} pixels (more than {UNMEASURED_MAX_PIXELS}) is a "
-                                         "depthwise FusedConv only where measured faster", fixed=True)
+                                      kernel_query, pattern=NHWC_POOL_GEMV if gemv else NHWC_POOL,
+                                      unmeasured=unmeasured)
             if not verdict.fuse:
                 report.decide(node, "GlobalAveragePool (as a depthwise FusedConv)", verdict)
                 continue
