@@ -112,3 +112,39 @@ def test_tune_fills_the_cache_and_later_sessions_use_it(ort_gpu, tmp_path, monke
     kernels = {line.split("\t")[2] for line in lines}
     assert all(k.startswith(("sm90_", "sm80_", "im2col_", "pad8_", "cuda_")) for k in kernels)
     assert main(["bench", str(out), "--backend", "ort-cuda", "--batch", "2", "--runs", "5"]) == 0
+
+
+@pytest.mark.parametrize("tune", [False, True])
+@pytest.mark.parametrize("size,batch", [(56, 1), (40, 3)])
+def test_split_global_pool_repeats_run_after_run(ort_gpu, size, batch, tune, tmp_path, monkeypatch):
+    """A global pool over a large map as cuda_depthwise_global: its pixel ranges leave partial sums in the
+    workspace ORT keeps for the node, and a second kernel, launched as a programmatic dependent, adds them.
+    Every run must match ORT's pool, also after tuning timed other kernels in that workspace first."""
+    import onnx
+
+    from optimizer.pipeline import FusionPolicy, optimize_model
+    from optimizer.runtime import session_options
+    from optimizer.verify import rel_l2
+    from tests.helpers import conv_net
+
+    monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "tuning.tsv"))
+    monkeypatch.setenv("EPIFUSE_TUNE", "1" if tune else "0")
+
+    def build(g, x):
+        with g.scope("c0"):
+            y = g.op("Relu", [g.conv_bn(x, 8, 64, 3)])
+        return g.op("GlobalAveragePool", [y])
+
+    original = onnx.shape_inference.infer_shapes(conv_net(build, size=size, batch=batch))
+    optimized, report = optimize_model(original, target="ort-cuda", precision="fp32",
+                                       policy=FusionPolicy(mode="always", allow_tf32=False))
+    assert report.canonicalized["GlobalAveragePool → depthwise Conv (ort-cuda)"] == 1
+    cuda = ("CUDAExecutionProvider", {"use_tf32": "0"})
+    reference = ort_gpu.InferenceSession(original.SerializeToString(), providers=[cuda])
+    ours = ort_gpu.InferenceSession(optimized.SerializeToString(), session_options(), providers=[cuda])
+    name = original.graph.input[0].name
+    for seed in range(4):
+        x = np.random.default_rng(seed).standard_normal((batch, 8, size, size)).astype(np.float32)
+        (expected,), (actual,) = reference.run(None, {name: x}), ours.run(None, {name: x})
+        err = rel_l2(actual, expected)
+        assert np.isfinite(actual).all() and err <= TOL["fp32-strict"], (seed, err)

@@ -481,6 +481,9 @@ __global__ void __launch_bounds__(kGlobalChannels / 2 * kGlobalLanes)
                      const T* __restrict__ z, T* __restrict__ y, Epilogue epilogue, float* __restrict__ partials,
                      int split_pixels, int images_per_block) {
   constexpr int kRow = kGlobalChannels + 1;  // padded: the staging loop writes a column of taps
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");  // the finish kernel may be scheduled now; it waits
+#endif
   __shared__ float taps[kGlobalSplitPixels * kRow];
   __shared__ float partial[kGlobalLanes * kRow];
   const int c_base = blockIdx.x * kGlobalChannels, split = blockIdx.y;
@@ -531,10 +534,16 @@ __global__ void __launch_bounds__(kGlobalChannels / 2 * kGlobalLanes)
 
 // A split map's ranges added up, then the epilogue: a warp per output element, its lanes striding the
 // element's contiguous partial sums and meeting by shuffles (a fixed order, so a run repeats bit for bit).
+// Launched as a programmatic dependent of depthwise_global where the device has it (sm_90+): its blocks
+// are scheduled while the ranges are summed and wait here for that grid's completion and memory, so the
+// pool pays one launch latency, not two.
 template <class T>
 __global__ void depthwise_global_finish(int64_t outputs, int C, int splits, const float* __restrict__ partials,
                                         const T* __restrict__ b, const T* __restrict__ z, T* __restrict__ y,
                                         Epilogue epilogue) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   const int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (i >= outputs) return;  // whole warps: the 32 threads of one element share i
@@ -663,9 +672,20 @@ Status launch_global(const Geometry& g, const Tensors& t, const Epilogue& e, voi
       int(plan.images_per_block));
   if (plan.splits > 1) {
     const int64_t outputs = int64_t(g.N) * g.C;
-    depthwise_global_finish<T><<<unsigned((outputs + 7) / 8), 256, 0, stream>>>(  // 8 warps a block
-        outputs, g.C, int(plan.splits), partials, static_cast<const T*>(t.b), static_cast<const T*>(t.z),
-        static_cast<T*>(t.y), e);
+    DeviceInfo device;
+    cudaLaunchAttribute dependent[1];
+    dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    dependent[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned((outputs + 7) / 8));
+    config.blockDim = dim3(256);  // 8 warps a block
+    config.stream = stream;
+    config.attrs = dependent;
+    config.numAttrs = current_device_info(&device).ok() && device.sm >= 90 ? 1 : 0;
+    const cudaError_t launched = cudaLaunchKernelEx(
+        &config, depthwise_global_finish<T>, outputs, g.C, int(plan.splits), static_cast<const float*>(partials),
+        static_cast<const T*>(t.b), static_cast<const T*>(t.z), static_cast<T*>(t.y), e);
+    if (launched != cudaSuccess) return check_launch("cuda_depthwise_global (finish)", launched);
   }
   return check_launch("cuda_depthwise_global", cudaGetLastError());
 }
