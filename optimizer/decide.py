@@ -31,12 +31,12 @@ MODES = ("auto", "static", "always")
 # 5% faster, so measurement noise alone never turns a tie into a slower model.
 FUSE_MARGIN = 0.95
 DIRECT_KERNELS = {"cuda_direct"}  # CUDA cores only: cuDNN runs the same problems on tensor cores
-UNPROVEN_KERNELS = DIRECT_KERNELS | {"cuda_depthwise_scalar"}
+UNPROVEN_KERNELS = DIRECT_KERNELS | {"cuda_depthwise_scalar", "cuda_stem_ffma"}
 
 
 def _unproven(kernel: str) -> bool:
-    """Kernels not known to beat cuDNN without timing them: the direct kernel (CUDA cores); the
-    grouped tensor-core kernels, whose block-diagonal tiles compute mostly zeros with few channels per
+    """Kernels not known to beat cuDNN without timing them: the direct kernel and the fp32 stem kernel
+    (CUDA cores, where cuDNN may use TF32 tensor cores); the grouped tensor-core kernels, whose block-diagonal tiles compute mostly zeros with few channels per
     group (cuDNN has grouped kernels of its own); and the unaligned tile (C or K not a multiple of 8:
     element-wise loads and stores), which lost to cuDNN on each of ShuffleNetV2's 58- and 116-channel
     convs measured on an H200, by 1.0-2.5x (docs/bench-models.md), as did the scalar depthwise kernel

@@ -94,6 +94,7 @@ SHAPES = [  # n, h, w, c, k, r, s, stride, pads, dil, group
     (2, 21, 18, 3, 20, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),     # stem, K % 8 != 0 (scalar stores)
     (1, 30, 31, 2, 96, 5, 5, (2, 2), (2, 1, 2, 1), (1, 1), 1),     # stem, two channel blocks, the second partial
     (1, 40, 37, 3, 64, 3, 3, (3, 1), (0, 4, 2, 0), (2, 3), 1),     # stem, stride 3x1, dilation 2x3
+    (2, 17, 18, 3, 10, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1),     # stem, K = 10: fp32's last quad partial
     (2, 9, 10, 12, 20, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),     # unaligned channels
     (2, 21, 19, 32, 40, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1),    # C = 32: the 32-deep SM90 conv, 2 N tiles
     (2, 14, 14, 24, 36, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3),    # grouped: 8 in, 12 out per group (cuda_direct)
@@ -243,16 +244,19 @@ def test_residual_depthwise_and_fp32(residual):
     _run_all("float32", 2, 40, 40, 64, 64, 40, 40, group=64, residual=residual, act="silu")  # global, split map
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("residual", ["pre", "post"])
 def test_rgb_stems_with_residual(dtype, residual):
-    """Few-channel stems (im2col + GEMM, channel padding, few-channel kernels) with Z: stride,
-    dilation and asymmetric pads; then ResNet-50's stem at batch 5, which the im2col kernels run
-    in chunks of 4 images and 1 (the last chunk's Y and Z at an offset)."""
-    _run_all(dtype, 2, 19, 23, 3, 24, 3, 3, stride=(2, 1), pads=(0, 2, 1, 1), dil=(2, 1), act="relu",
-             residual=residual)
-    _run_all(dtype, 5, 224, 224, 3, 64, 7, 7, stride=(2, 2), pads=(3, 3, 3, 3), act="silu", residual=residual,
-             seed=2)
+    """Few-channel stems (the stem kernels, im2col + GEMM, channel padding, few-channel kernels) with Z:
+    stride, dilation and asymmetric pads; then ResNet-50's stem at batch 5, which the im2col kernels run
+    in chunks of 4 images and 1 (the last chunk's Y and Z at an offset); then EfficientNet-B0's."""
+    ran = _run_all(dtype, 2, 19, 23, 3, 24, 3, 3, stride=(2, 1), pads=(0, 2, 1, 1), dil=(2, 1), act="relu",
+                   residual=residual)
+    ran.update(_run_all(dtype, 5, 224, 224, 3, 64, 7, 7, stride=(2, 2), pads=(3, 3, 3, 3), act="silu",
+                        residual=residual, seed=2))
+    ran.update(_run_all(dtype, 3, 224, 224, 3, 32, 3, 3, stride=(2, 2), pads=(1, 1, 1, 1), act="silu",
+                        residual=residual, seed=3))
+    assert ("cuda_stem_ffma" if dtype == "float32" else "cuda_stem_mma") in ran, ran
 
 
 def test_a_kernel_that_cannot_run_the_problem_is_refused():

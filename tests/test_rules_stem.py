@@ -1,7 +1,8 @@
-"""Rule of cuda_stem_mma (plugins/core/rules_direct.cc): fp16/bf16 convs with C <= 4 input channels
-(RGB, RGBA and grayscale stems), group 1, at most 64 filter taps and an input patch (what one
-8x16-pixel output tile reads, channels padded to 4) of at most 32768 elements go to the tensor-core
-stem kernel first; anything else is left to the im2col + GEMM, channel-padding and direct kernels."""
+"""Rules of the stem kernels (plugins/core/rules_direct.cc): convs with C <= 4 input channels (RGB, RGBA
+and grayscale stems), group 1, at most 64 filter taps and an input patch (what one 8x16-pixel output
+tile reads, channels padded to 4) of at most 32768 elements go to the tensor-core stem kernel first in
+fp16/bf16, and with a patch of at most 8064 elements to the FFMA stem kernel first in fp32; anything else
+is left to the im2col + GEMM, channel-padding and direct kernels."""
 import dataclasses
 
 import pytest
@@ -49,3 +50,29 @@ def test_stem_kernel_is_not_offered_where_it_cannot_run(desc, why):
 
 def test_cpu_target_never_gets_the_stem_kernel():
     assert registry.kernel_names("ort-cpu", STEM) == ["cpu_eigen"]
+
+
+@pytest.mark.parametrize("target", ["ort-cuda", "tensorrt"])
+@pytest.mark.parametrize("desc", [
+    dataclasses.replace(STEM, dtype=FLOAT),
+    dataclasses.replace(YOLO, dtype=FLOAT, K=10, residual="pre"),            # K % 4 != 0: scalar stores
+    dataclasses.replace(STEM, dtype=FLOAT, N=-1, H=-1, W=-1),
+    dataclasses.replace(STEM, dtype=FLOAT, C=1, R=8, S=8),                  # 64 taps: the limit
+    dataclasses.replace(YOLO, dtype=FLOAT, R=7, S=7, stride_h=4, stride_w=3),  # patch 35 x 52 x 4 = 7280
+], ids=["resnet", "k10_residual", "unknown_dims", "taps_64", "patch_7280"])
+def test_fp32_few_channel_convs_get_the_ffma_stem_kernel_first(target, desc):
+    names = registry.kernel_names(target, desc)
+    assert names[0] == "cuda_stem_ffma" and "cuda_stem_mma" not in names and names[-1] == "cuda_direct", names
+
+
+@pytest.mark.parametrize("desc,why", [
+    (STEM, "fp16: the tensor-core stem kernel's"),
+    (dataclasses.replace(STEM, dtype=FLOAT, C=8), "C = 8"),
+    (dataclasses.replace(STEM, dtype=FLOAT, C=6, K=12, group=3), "grouped"),
+    (dataclasses.replace(STEM, dtype=FLOAT, C=1, R=9, S=9), "81 taps > 64"),
+    (dataclasses.replace(YOLO, dtype=FLOAT, R=7, S=7, stride_h=4, stride_w=4), "patch of 35 x 67 x 4 = 9380 elements"),
+], ids=["fp16", "c8", "grouped", "taps_81", "patch_9380"])
+def test_ffma_stem_kernel_is_not_offered_where_it_cannot_run(desc, why):
+    names = registry.kernel_names("ort-cuda", desc)
+    assert "cuda_stem_ffma" not in names, why
+    assert names, "another kernel must still run it"

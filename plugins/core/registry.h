@@ -79,10 +79,12 @@ const char* im2col_inner_kernel(const char* name);
 int64_t im2col_chunk_images(const ConvProblem& p);
 ConvProblem im2col_gemm_problem(const ConvProblem& p, int64_t images);
 
-// The tensor-core stem kernel (plugins/kernels/stem_fused_conv.cu) computes output tiles of
-// kStemTileRows x kStemTileCols pixels from an input patch staged in shared memory with the channels
-// padded to kStemChannels; its rule (rules_direct.cc) bounds that patch by the same geometry.
+// The stem kernels (plugins/kernels/stem_fused_conv.cu: tensor cores, 16-bit; stem_ffma_fused_conv.cu:
+// fp32) compute output tiles of kStemTileRows x kStemTileCols pixels from an input patch staged in shared
+// memory with the channels padded to kStemChannels; their rules (rules_direct.cc) bound that patch by
+// the same geometry. The fp32 kernel's launch checks its rule on the concrete problem.
 constexpr int kStemTileRows = 8, kStemTileCols = 16, kStemChannels = 4;
+bool stem_ffma_can_implement(const ConvProblem& p, std::string* why);
 
 // Kernels for `target` that can run `p` on device `d` (compute capability d.sm, or any when 0), best
 // first: registry order, reordered within each family by the shape rules (heuristics.h). When none,

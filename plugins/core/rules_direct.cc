@@ -182,6 +182,30 @@ bool stem_can_implement(const ConvProblem& p, std::string* why) {
   return true;
 }
 
+}  // namespace
+
+// The fp32 stem kernel (FFMA): group 1, C <= 4, at most 64 taps (its filter block, [64][4][16] floats, is
+// 16 KB of shared memory) and a patch of at most kStemFfmaMaxPatch elements (float4 pixels: 31.5 KB), so
+// filter, patch and bias fit the 48 KB a block gets without opting in to more.
+constexpr int64_t kStemFfmaMaxPatch = 8064;
+
+bool stem_ffma_can_implement(const ConvProblem& p, std::string* why) {
+  if (p.dtype != DType::kFloat) return reject(why, std::string("dtype ") + dtype_name(p.dtype) + " (needs float32)");
+  if (p.attr.group != 1) return reject(why, "group " + std::to_string(p.attr.group) + " (needs 1)");
+  if (p.C < 1 || p.R < 0 || p.S < 0) return reject(why, "C, R and S must be known");
+  if (p.C > kStemChannels) return reject(why, "C = " + std::to_string(p.C) + " > " + std::to_string(kStemChannels));
+  const int64_t taps = saturating_product({p.R, p.S});
+  if (taps > kStemMaxTaps)
+    return reject(why, "R*S = " + std::to_string(taps) + " filter taps > " + std::to_string(kStemMaxTaps));
+  const int64_t patch = stem_patch_elements(p);
+  if (patch > kStemFfmaMaxPatch)
+    return reject(why, "input patch of " + std::to_string(patch) + " elements > " + std::to_string(kStemFfmaMaxPatch) +
+                           " (strides and dilations too large for shared memory)");
+  return true;
+}
+
+namespace {
+
 // One thread per output element: no alignment or group constraints; the fallback for all.
 bool direct_can_implement(const ConvProblem& p, std::string* why) { return float_dtype(p, why); }
 
@@ -192,7 +216,8 @@ std::vector<KernelDescriptor> gemv_kernel_rules() {
 }
 
 std::vector<KernelDescriptor> stem_kernel_rules() {
-  return {{"cuda_stem_mma", cuda_targets(), stem_can_implement, kMinSm, kMaxSm}};
+  return {{"cuda_stem_mma", cuda_targets(), stem_can_implement, kMinSm, kMaxSm},
+          {"cuda_stem_ffma", cuda_targets(), stem_ffma_can_implement, kMinSm, kMaxSm}};
 }
 
 std::vector<KernelDescriptor> direct_kernel_rules() {

@@ -9,9 +9,10 @@ KernelImpl direct_kernel();
 std::vector<KernelImpl> depthwise_kernels();
 KernelImpl gemv_kernel();
 KernelImpl stem_kernel();
+KernelImpl stem_ffma_kernel();
 
 std::vector<KernelImpl> direct_kernels() {
-  std::vector<KernelImpl> v = {gemv_kernel(), stem_kernel()};
+  std::vector<KernelImpl> v = {gemv_kernel(), stem_kernel(), stem_ffma_kernel()};
   for (const KernelImpl& k : depthwise_kernels()) v.push_back(k);
   v.push_back(direct_kernel());
   return v;
