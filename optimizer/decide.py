@@ -36,11 +36,12 @@ UNPROVEN_KERNELS = DIRECT_KERNELS | {"cuda_depthwise_scalar", "cuda_stem_ffma"}
 
 def _unproven(kernel: str) -> bool:
     """Kernels not known to beat cuDNN without timing them: the direct kernel and the fp32 stem kernel
-    (CUDA cores, where cuDNN may use TF32 tensor cores); the grouped tensor-core kernels, whose block-diagonal tiles compute mostly zeros with few channels per
-    group (cuDNN has grouped kernels of its own); and the unaligned tile (C or K not a multiple of 8:
-    element-wise loads and stores), which lost to cuDNN on each of ShuffleNetV2's 58- and 116-channel
-    convs measured on an H200, by 1.0-2.5x (docs/bench-models.md), as did the scalar depthwise kernel
-    (one channel per load: C not even, or 58) on each of its 58-channel depthwise convs, by 1.07-2.4x."""
+    (CUDA cores, where cuDNN may use TF32 tensor cores); the grouped tensor-core kernels, whose
+    block-diagonal tiles compute mostly zeros with few channels per group (cuDNN has grouped kernels of
+    its own); and the unaligned tile (C or K not a multiple of 8: element-wise loads and stores),
+    which lost to cuDNN on each of ShuffleNetV2's 58- and 116-channel convs measured on an H200, by
+    1.0-2.5x (docs/bench-models.md), as did the scalar depthwise kernel (one channel per load: C not
+    even, or 58) on each of its 58-channel depthwise convs, by 1.07-2.4x."""
     return kernel in UNPROVEN_KERNELS or "_grouped_" in kernel or "_unaligned_" in kernel
 
 
