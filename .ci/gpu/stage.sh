@@ -7,7 +7,9 @@
 # Then on the GPU machine, where nothing outlives a call (the machine goes back 30 s after one):
 #   1. carry .stage/build: `bash .ci/gpu/build.sh [command]`: builds the CUDA library for sm_90a
 #      (~4 min on 16 cores), returns it as $OUT/epifuse-lib.tar.xz, then runs `command` (e.g. the GPU
-#      kernel tests: they need no onnxruntime-gpu). Copy that file to .stage/lib/ here.
+#      kernel tests: they need no onnxruntime-gpu). Copy that file to .stage/lib/ here. Or build the same
+#      library here, out of device time: `bash .ci/gpu/build_here.sh` (17 min cold, seconds to a minute
+#      after a change) writes .stage/lib/epifuse-lib.tar.xz.
 #   2. carry .stage/ort .stage/lib: `. .ci/gpu/env.sh && <command>`, e.g. `bash .ci/gpu/models.sh resnet50 fp32
 #      r50 --tune` (one model per call: a call ends at 600 s).
 set -euo pipefail
