@@ -491,12 +491,18 @@ class OrtCudaTimer:
         return [max(total - overhead[library], 0.01 * total) / copies
                 for total, (_, copies, library) in zip(totals, timed)]
 
+    @classmethod
+    def copies_for(cls, group: FusionGroup) -> tuple[int, int]:
+        """(ours, the runtime's): ours for a replay of about TARGET_US with their data within
+        L2_SHARE_BYTES, never fewer than the runtime's; the runtime's at most RUNTIME_COPIES."""
+        copies = _copies_for(group, cls.TARGET_US, cls.MAX_COPIES)
+        runtime = min(copies, cls.RUNTIME_COPIES)
+        return max(runtime, min(copies, int(cls.L2_SHARE_BYTES // _group_bytes(group)))), runtime
+
     def group_times(self, group: FusionGroup) -> tuple[float, float]:
         if group.dtype == "bf16":
             raise NotMeasurable("bfloat16 inputs cannot be bound from numpy")
-        copies = _copies_for(group, self.TARGET_US, self.MAX_COPIES)
-        runtime_copies = min(copies, self.RUNTIME_COPIES)
-        copies = max(runtime_copies, min(copies, int(self.L2_SHARE_BYTES // _group_bytes(group))))
+        copies, runtime_copies = self.copies_for(group)
         try:
             ours_bound = self._bound(fused_model(group, copies), group.dtype, library=True)
             nchw = self._bound(runtime_model(group, runtime_copies), group.dtype, library=False)

@@ -10,7 +10,7 @@ import pytest
 
 from models import activations as act
 from optimizer.costs import NHWC_POOL, NHWC_POOL_GEMV
-from optimizer.measure import OrtCpuTimer, fused_model, runtime_model, transpose_model
+from optimizer.measure import OrtCpuTimer, OrtCudaTimer, fused_model, runtime_model, transpose_model
 from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.runtime import session_options
 from tests.helpers import conv_net, rel_l2
@@ -107,6 +107,17 @@ def test_a_small_pool_is_timed_as_the_model_runs_it_unfused(precision, pattern, 
     for out, name in zip(_run(model, feeds), ("x", "x1")):
         expected = feeds[name].astype(np.float64).mean(axis=(1, 2), keepdims=True)
         assert out.shape == (n, 1, 1, c) and rel_l2(out, expected) < (2e-3 if precision == "fp16" else 1e-6)
+
+
+@pytest.mark.parametrize("size, ours", [(7, OrtCudaTimer.MAX_COPIES), (112, 5)])
+def test_cuda_copies_keep_their_data_in_an_l2_share(size, ours, tmp_path):
+    """The CUDA timer's copies of our side: as many as a ~300 µs replay needs for a small pool, but for a
+    112x112x32 fp32 pool (3.2 MB a copy with its taps) only the 5 that fit 16 MB, as the runtime's 4
+    copies' data fits L2: 32 copies had read from HBM, 0.4-1.0 µs of a 5 µs pool (H200)."""
+    groups = _groups(lambda g, x: g.op("GlobalAveragePool", [g.op("Relu", [g.conv_bn(x, 8, 32, 1)])]), tmp_path,
+                     batch=1, size=size, faster={"Conv+Relu"})
+    (pool,) = [g for g in groups if g.pattern.startswith("GlobalAveragePool")]
+    assert OrtCudaTimer.copies_for(pool) == (ours, OrtCudaTimer.RUNTIME_COPIES)
 
 
 def test_micro_models_run_in_the_precision_the_model_will_run_in(tmp_path):
