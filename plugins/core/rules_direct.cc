@@ -166,9 +166,9 @@ int64_t stem_patch_elements(const ConvProblem& p) {
                              extent(kStemTileCols, a.stride_w, a.dil_w, std::max<int64_t>(p.S, 1)), kStemChannels});
 }
 
-bool stem_can_implement(const ConvProblem& p, std::string* why) {
-  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
-    return reject(why, std::string("dtype ") + dtype_name(p.dtype) + " (needs float16 or bfloat16)");
+// What both stem kernels need beside their dtype: group 1, C <= kStemChannels, at most kStemMaxTaps
+// taps and a patch of at most `max_patch` elements.
+bool stem_shape_fits(const ConvProblem& p, int64_t max_patch, std::string* why) {
   if (p.attr.group != 1) return reject(why, "group " + std::to_string(p.attr.group) + " (needs 1)");
   if (p.C < 0 || p.R < 0 || p.S < 0) return reject(why, "C, R and S must be known");
   if (p.C > kStemChannels) return reject(why, "C = " + std::to_string(p.C) + " > " + std::to_string(kStemChannels));
@@ -176,32 +176,28 @@ bool stem_can_implement(const ConvProblem& p, std::string* why) {
   if (taps > kStemMaxTaps)
     return reject(why, "R*S = " + std::to_string(taps) + " filter taps > " + std::to_string(kStemMaxTaps));
   const int64_t patch = stem_patch_elements(p);
-  if (patch > kStemMaxPatch)
-    return reject(why, "input patch of " + std::to_string(patch) + " elements > " + std::to_string(kStemMaxPatch) +
+  if (patch > max_patch)
+    return reject(why, "input patch of " + std::to_string(patch) + " elements > " + std::to_string(max_patch) +
                            " (strides and dilations too large for shared memory)");
   return true;
 }
 
-}  // namespace
+bool stem_can_implement(const ConvProblem& p, std::string* why) {
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
+    return reject(why, std::string("dtype ") + dtype_name(p.dtype) + " (needs float16 or bfloat16)");
+  return stem_shape_fits(p, kStemMaxPatch, why);
+}
 
-// The fp32 stem kernel (FFMA): group 1, C <= 4, at most 64 taps (its filter block, [64][4][16] floats, is
-// 16 KB of shared memory) and a patch of at most kStemFfmaMaxPatch elements (float4 pixels: 31.5 KB), so
-// filter, patch and bias fit the 48 KB a block gets without opting in to more.
+// The fp32 stem kernel (FFMA): its filter block ([64][4][16] floats at most) is 16 KB of shared memory
+// and its patch (float4 pixels) at most kStemFfmaMaxPatch elements, 31.5 KB, so filter, patch and bias
+// fit the 48 KB a block gets without opting in to more.
 constexpr int64_t kStemFfmaMaxPatch = 8064;
+
+}  // namespace
 
 bool stem_ffma_can_implement(const ConvProblem& p, std::string* why) {
   if (p.dtype != DType::kFloat) return reject(why, std::string("dtype ") + dtype_name(p.dtype) + " (needs float32)");
-  if (p.attr.group != 1) return reject(why, "group " + std::to_string(p.attr.group) + " (needs 1)");
-  if (p.C < 1 || p.R < 0 || p.S < 0) return reject(why, "C, R and S must be known");
-  if (p.C > kStemChannels) return reject(why, "C = " + std::to_string(p.C) + " > " + std::to_string(kStemChannels));
-  const int64_t taps = saturating_product({p.R, p.S});
-  if (taps > kStemMaxTaps)
-    return reject(why, "R*S = " + std::to_string(taps) + " filter taps > " + std::to_string(kStemMaxTaps));
-  const int64_t patch = stem_patch_elements(p);
-  if (patch > kStemFfmaMaxPatch)
-    return reject(why, "input patch of " + std::to_string(patch) + " elements > " + std::to_string(kStemFfmaMaxPatch) +
-                           " (strides and dilations too large for shared memory)");
-  return true;
+  return stem_shape_fits(p, kStemFfmaMaxPatch, why);
 }
 
 namespace {
