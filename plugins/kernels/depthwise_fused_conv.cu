@@ -555,7 +555,6 @@ __global__ void depthwise_global_finish(int64_t outputs, int C, int splits, cons
   if (lane == 0) y[i] = from_float<T>(epilogue(sum, to_float(b[i % C]), z ? to_float(z[i]) : 0.f));
 }
 
-size_t no_workspace(const ConvProblem&) { return 0; }
 size_t global_workspace(const ConvProblem& p) {
   return p.N > 0 ? size_t(global_workspace_bytes(p.N, p.C, p.R * p.S)) : 0;  // N < 0: not known yet
 }

@@ -82,6 +82,9 @@ bool current_device_sms(int* device, int* sms);
 // cannot say: the heuristics' default). An error, with the CUDA error cleared, when there is no device.
 Status current_device_info(DeviceInfo* out);
 
+// The workspace size of the kernels that need none.
+inline size_t no_workspace(const ConvProblem&) { return 0; }
+
 // Programmatic dependent launch for the kernels that support it (EPIFUSE_PDL=1; off by default
 // until measured): such a kernel may be scheduled while the previous kernel on the stream drains,
 // and waits (griddepcontrol.wait) for that grid's completion and memory before its first access.

@@ -28,17 +28,25 @@ bool current_device_sms(int* device, int* sms) {
 }
 
 Status current_device_info(DeviceInfo* out) {
+  // Cached per device like the SM count: the split pool's launch asks on every run.
+  static std::atomic<int> cached_sm[64] = {};
   int device = 0, major = 0, minor = 0, sms = 0;
   cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  const bool cacheable = e == cudaSuccess && device >= 0 && device < 64;
+  int sm = cacheable ? cached_sm[device].load(std::memory_order_relaxed) : 0;
+  if (e == cudaSuccess && sm == 0) {
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    sm = major * 10 + minor;
+    if (e == cudaSuccess && cacheable) cached_sm[device].store(sm, std::memory_order_relaxed);
+  }
   if (e != cudaSuccess) {
     cudaGetLastError();  // non-sticky: not the caller's next check's
     *out = {};
     return Status::Error(std::string("no CUDA device: ") + cudaGetErrorString(e));
   }
   if (!current_device_sms(&device, &sms)) sms = 0;
-  *out = {major * 10 + minor, sms};
+  *out = {sm, sms};
   return Status::Ok();
 }
 

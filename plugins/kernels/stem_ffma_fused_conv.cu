@@ -123,7 +123,6 @@ __global__ void __launch_bounds__(kThreads)
     if (k >= 4 * quads && k < width) y[out + k] = epilogue(acc[k], bias[k], z ? z[out + k] : 0.f);
 }
 
-size_t no_workspace(const ConvProblem&) { return 0; }
 
 template <int C>
 Status launch_channels(const Geometry& g, const Tensors& t, const Epilogue& e, bool vector_store, cudaStream_t stream) {

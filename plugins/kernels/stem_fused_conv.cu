@@ -309,7 +309,6 @@ __global__ void __launch_bounds__(kThreads, min_blocks(kBlockN))
   }
 }
 
-size_t no_workspace(const ConvProblem&) { return 0; }
 
 template <class T, int kBlockN, class Act>
 Status launch_with(const Geometry& g, const Tensors& t, Act act, Residual residual, bool vector_store,
