@@ -7,6 +7,7 @@
 # Last run: H200, 2026-12-04 (02:40 UTC), all 14 cases then, "ERROR SUMMARY: 0 errors", on a build without the
 # CUTLASS bf16 twins (.ci/gpu/build.sh's default: its bf16 cases ran the other kernels); with them: 2026-12-03.
 # The two global-pool cases (and the 112x112 and residual ones): 2026-12-04 (06:05 UTC), 0 errors.
+# test_tf32_kernels[none] with the TF32 split-K kernel (7x7x512 3x3, 16 slices): 2026-12-04 (13:00 UTC), 0 errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 compute-sanitizer --tool memcheck --error-exitcode 7 --print-limit 5 \

@@ -201,6 +201,7 @@ def test_tf32_kernels(residual):
             (1, 14, 64, 64, 3, 1, "relu"), (8, 28, 128, 256, 1, 1, "silu"), (2, 29, 64, 128, 3, 2, "hardswish"),
             (1, 7, 512, 2048, 1, 1, "identity"), (4, 56, 64, 64, 3, 1, "gelu"),
             (2, 20, 64, 96, 3, 1, "silu"), (1, 14, 256, 512, 1, 1, "relu"),  # the _silu / _relu twins
+            (1, 7, 512, 512, 3, 1, "relu"),  # few output tiles, a long reduction: split-K's 16 slices
             (2, 10, 12, 20, 3, 1, "relu")]):  # fp32 rows of 16 bytes at 4 channels: C, K not multiples of 8
         pads = (rs // 2,) * 4
         results = _run_all("float32", n, hw, hw, c, k, rs, rs, stride=(stride, stride), pads=pads, act=act,

@@ -70,7 +70,7 @@ def test_fp32_takes_the_3xtf32_kernel():
 
 @pytest.mark.parametrize("target", ["ort-cuda", "tensorrt"])
 def test_tf32_kernels_only_where_the_node_allows_tf32(target):
-    tf32 = ["sm80_tf32_64x64x32_4st", "sm80_tf32_128x128x32_3st"]
+    tf32 = ["sm80_tf32_64x64x32_4st", "sm80_tf32_128x128x32_3st", "sm80_tf32_splitk_64x64x32_4st"]
     assert sm80(target, desc(FLOAT, allow_tf32=1)) == [*tf32, "sm80_f32_3xtf32_128x64x16_4st"]
     assert not set(tf32) & set(registry.kernel_names(target, desc(FLOAT)))
     assert not set(tf32) & set(registry.kernel_names(target, desc(FLOAT16, allow_tf32=1)))  # float only

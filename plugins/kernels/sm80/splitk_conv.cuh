@@ -47,13 +47,15 @@ __global__ void split_reduce(const float* __restrict__ partial, int slices, int6
 template <const char* Name, typename Element, typename TileShape, typename WarpShape, typename InstShape, int Stages>
 struct SplitKConv {
   using Layout = cutlass::layout::TensorNHWC;
+  // 128-bit accesses of X and W; float operands run as TF32 (one mma.sync, as the F32_TF32 lines).
+  static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;
   // Partials: D = acc (alpha 1, beta 0: the source is never read).
   using PartialOp = cutlass::epilogue::thread::LinearCombination<float, 4, float, float>;
   using Kernel = typename cutlass::conv::kernel::DefaultConv2dFprop<
       Element, Layout, Element, Layout, float, Layout, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
       TileShape, WarpShape, InstShape, PartialOp, cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<1>, Stages,
       cutlass::arch::OpMultiplyAdd, cutlass::conv::IteratorAlgorithm::kOptimized, cutlass::conv::StrideSupport::kStrided,
-      8, 8>::Kernel;
+      kAlign, kAlign>::Kernel;
   using Conv = cutlass::conv::device::ImplicitGemmConvolution<Kernel>;
 
   // Enough CTAs for two waves, but every slice keeps >= 4 iterations of the K loop (its pipeline
@@ -112,7 +114,9 @@ struct SplitKConv {
     const int blocks = int(std::min<int64_t>((elems / 4 + 255) / 256, 4096));
     Epilogue e = Epilogue::of(p);
     if (!t.z) e.residual = Residual::kNone;
-    using T = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, __half, __nv_bfloat16>;
+    // A local alias: nvcc's host stub cannot name a kernel instantiated on a class member type.
+    using T = std::conditional_t<std::is_same_v<Element, cutlass::half_t>, __half,
+                                 std::conditional_t<std::is_same_v<Element, float>, float, __nv_bfloat16>>;
     split_reduce<T><<<blocks, 256, 0, stream>>>(partial, s, elems, int(p.K), static_cast<const T*>(t.b),
                                                 static_cast<const T*>(t.z), static_cast<T*>(t.y), e);
     return check_launch(Name, cudaGetLastError());
