@@ -248,11 +248,13 @@ class Decider:
         for i in variable:
             chosen = i in best
             if chosen != plans[i].verdict.fuse:
-                saved = model.transposes(best ^ {i}) - model.transposes(best)
+                # per batch size: the choice weighs them all, so the report shows them all
+                saved = [model.transposes(best ^ {i}, b) - model.transposes(best, b) for b in range(len(batches))]
                 plans[i].verdict.fuse = chosen
                 plans[i].verdict.reason = (
-                    f"{'slower' if chosen else 'faster'} alone; region: {saved:.1f} µs of Transposes saved "
-                    f"by {'fusing' if chosen else 'not fusing'} it at batch {batches[0]}")
+                    f"{'slower' if chosen else 'faster'} alone; region: {' / '.join(f'{s:.1f}' for s in saved)} µs "
+                    f"of Transposes saved by {'fusing' if chosen else 'not fusing'} it at batch "
+                    f"{' / '.join(str(b) for b in batches)}")
 
     def _drop_isolated_static(self, graph: gs.Graph, plans: list) -> None:
         """The static policy judges a candidate alone and knows no Transpose times: one whose fusing adds

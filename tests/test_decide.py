@@ -128,6 +128,16 @@ def test_region_leaves_an_isolated_small_win_when_its_transposes_cost_more(tmp_p
     assert report.decisions[0].reason == "faster alone; region: 6.0 µs of Transposes saved by not fusing it at batch 1"
 
 
+def test_region_reason_names_the_transposes_of_every_batch_size(tmp_path):
+    model, (a,) = _chain(1, batch="N")
+    timer = FakeTimer({a: (10.0, 12.0)})
+    timer.transpose_times = lambda shape, dtype: 0.5 * shape[0]  # a Transpose's time grows with the batch
+    _, report = _optimize(model, timer, tmp_path=tmp_path, batches=(4, 16))
+    assert _fused_convs(report) == []
+    assert report.decisions[0].reason == ("faster alone; region: 4.0 / 16.0 µs of Transposes saved by not fusing "
+                                          "it at batch 4 / 16")
+
+
 def test_region_counts_the_models_own_transposes_that_a_fusion_cancels(tmp_path):
     """ConvNeXt's block: conv, then the exporter's permute to NHWC for a channels-last op (here a MatMul)
     and back. Fused, the conv's NHWC output cancels that permute: one Transpose added (its input), one
