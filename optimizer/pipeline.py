@@ -30,6 +30,7 @@ from .passes.fuse_conv import fuse_conv
 from .passes.input_layout import input_layout
 from .passes.layout import layout
 from .passes.load import load_model, load_model_split, validate
+from .passes.nearest_upsample import nearest_upsample
 from .passes.nhwc_pools import nhwc_pools
 from .passes.pool_as_conv import pool_as_conv
 from .passes.precision import precision as convert_precision
@@ -519,6 +520,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = affine_to_batchnorm(graph, report, precision)
         with _timed(report, "nhwc_pools", progress, free_memory):  # on the NHWC pools layout leaves
             graph = nhwc_pools(graph, report, target, precision)
+        with _timed(report, "nearest_upsample", progress, free_memory):  # on the NHWC Resizes layout leaves
+            graph = nearest_upsample(graph, report, target)
         with _timed(report, "precision", progress, free_memory):  # after layout: Casts only where regions end
             graph = convert_precision(graph, report, precision, target)
         with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data
