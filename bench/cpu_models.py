@@ -4,13 +4,17 @@ ort-cpu, fp32, decisions measured on this machine), in one process, interleaved 
 with its interquartile range, how many candidates fused, and the optimizer's time (measuring
 included, with an empty costs cache).
 
-    python bench/cpu_models.py [--models-dir DIR] [--zoo] [--rounds 30] [--markdown FILE]
+    python bench/cpu_models.py [--models-dir DIR] [--zoo] [--rounds 30] [--markdown FILE] [--profile]
 
 DIR holds .onnx files (bench/export_models.py writes torchvision/timm/ultralytics exports there).
+--profile: also where the time goes, per op type (ORT's profiler, each node's median over 20 runs), in the
+original and in the model with every candidate fused.
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import os
 import platform
 import tempfile
@@ -20,9 +24,12 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
+import numpy as np
+
 from models import zoo
 from optimizer import __version__, registry
 from optimizer.compare import compare
+from optimizer.libraries import library_path
 from optimizer.measure import _cpu_name
 from optimizer.passes.load import load_model
 from optimizer.pipeline import FusionPolicy, optimize_file
@@ -47,6 +54,41 @@ def row(name: str, path: Path, work: Path, rounds: int, also_always: bool) -> di
             "measure s": report.pass_seconds.get("measure", 0.0)}
 
 
+def op_times(path: Path, runs: int = 20) -> dict[str, tuple[float, int]]:
+    """ms per run and node count of each op type; each node's median run (the first runs build the CPU
+    kernel's primitives)."""
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(path.with_suffix(""))
+    so.register_custom_ops_library(str(library_path()))
+    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    feeds = {i.name: np.random.default_rng(0).random([d if isinstance(d, int) else 1 for d in i.shape], np.float32)
+             for i in session.get_inputs()}
+    for _ in range(runs):
+        session.run(None, feeds)
+    trace = Path(session.end_profiling())
+    per_node, op_of = collections.defaultdict(list), {}
+    for event in json.loads(trace.read_text()):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            per_node[event["name"]].append(event["dur"])
+            op_of[event["name"]] = event["args"].get("op_name", "?")
+    trace.unlink()
+    totals: dict[str, list] = collections.defaultdict(lambda: [0.0, 0])
+    for node, durations in per_node.items():
+        totals[op_of[node]][0] += float(np.median(durations)) / 1000
+        totals[op_of[node]][1] += 1
+    return {op: (ms, n) for op, (ms, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])}
+
+
+def print_profile(name: str, original: Path, fused: Path) -> None:
+    sides = {"ORT on the original": op_times(original), "every candidate fused": op_times(fused)}
+    for side, times in sides.items():
+        total = sum(ms for ms, _ in times.values())
+        print(f"{name}, {side}: {total:.2f} ms of kernels a run")
+        for op, (ms, n) in list(times.items())[:10]:
+            print(f"  {op:24s} {ms:8.2f} ms  {n:4d} nodes")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models-dir", help="folder of .onnx files to run")
@@ -54,6 +96,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--also-always", action="store_true", help="also time --fuse always (every candidate fused)")
     ap.add_argument("--markdown")
+    ap.add_argument("--profile", action="store_true", help="also the time per op type in both models")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="epifuse-cpu-bench-"))
     paths = sorted(Path(args.models_dir).glob("*.onnx")) if args.models_dir else []
@@ -65,10 +108,12 @@ def main() -> int:
             named.append((f"zoo/{name}", path))
     rows = []
     for name, path in named:
-        rows.append(row(name, path, work, args.rounds, args.also_always))
+        rows.append(row(name, path, work, args.rounds, args.also_always or args.profile))
         r = rows[-1]
         print(f"{name}: {r['speed-up']:.3f}x ({r['q1']:.3f}-{r['q3']:.3f}), fused {r['fused']}, "
               f"optimize {r['optimize s']:.1f} s; fuse=always {r['always']:.3f}x", flush=True)
+        if args.profile:
+            print_profile(name, path, work / f"{name.replace('/', '_')}.always.onnx")
     header = (f"{_cpu_name()}, {len(os.sched_getaffinity(0))} threads, onnxruntime {ort.__version__}, epifuse "
               f"{__version__} ({registry.onednn_version() or 'no oneDNN'}), Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     lines = [header, "", "| model | ORT ms | epifuse ms | speed-up | interquartile | fused | optimize s (measuring) | fuse=always |",
