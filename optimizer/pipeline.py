@@ -34,6 +34,7 @@ from .passes.nearest_upsample import nearest_upsample
 from .passes.nhwc_pools import nhwc_pools
 from .passes.pool_as_conv import pool_as_conv
 from .passes.precision import precision as convert_precision
+from .passes.scaled_residual import scaled_residual
 from .passes.save import check_output_path, save_model
 from .passes.shape_constants import shape_constants
 from .proto import SplitModel, skeleton
@@ -522,6 +523,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = nhwc_pools(graph, report, target, precision)
         with _timed(report, "nearest_upsample", progress, free_memory):  # on the NHWC Resizes layout leaves
             graph = nearest_upsample(graph, report, target)
+        with _timed(report, "scaled_residual", progress, free_memory):
+            graph = scaled_residual(graph, report, target)
         with _timed(report, "precision", progress, free_memory):  # after layout: Casts only where regions end
             graph = convert_precision(graph, report, precision, target)
         with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data
