@@ -87,6 +87,9 @@ def test_sizes_are_read_as_factors():
                                         nearest_mode="floor")),
     ("symbolic H", [1, "H", 5, 32], dict(scales=[1, 2, 2, 1], coordinate_transformation_mode="asymmetric",
                                          nearest_mode="floor")),
+    ("sizes kept to the aspect ratio", [1, 4, 4, 32], dict(sizes=[1, 8, 12, 32], keep_aspect_ratio_policy="not_larger",
+                                                          coordinate_transformation_mode="asymmetric", nearest_mode="floor",
+                                                          opset=18)),
     ("sizes with a symbolic batch", ["N", 4, 4, 32], dict(sizes=[1, 8, 8, 32], coordinate_transformation_mode="asymmetric",
                                                           nearest_mode="floor")),
 ])

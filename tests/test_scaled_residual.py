@@ -68,3 +68,12 @@ def test_other_sums_are_left_alone(why, kw):
 def test_other_targets_keep_the_sum(target):
     rewritten, report = _rewritten(_model([1, 4, 4, 8], [1, 1, 1, 8]), target)
     assert not report.canonicalized and [n.name for n in rewritten.graph.node] == ["mul", "add"]
+
+
+def test_legacy_broadcast_attributes_are_left_alone():
+    """Before opset 7, Add and Mul broadcast by `broadcast` / `axis` attributes, not by numpy's rules."""
+    graph = gs.import_onnx(_model([1, 4, 4, 8], [1, 1, 1, 8]))
+    next(n for n in graph.nodes if n.op == "Add").attrs.update(broadcast=1, axis=0)
+    report = Report()
+    scaled_residual(graph, report, "ort-cpu")
+    assert not report.canonicalized and [n.op for n in graph.nodes] == ["Mul", "Add"]

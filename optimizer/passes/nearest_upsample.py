@@ -71,6 +71,9 @@ def _factors(node: gs.Node) -> tuple[int, int] | None:
         return None
     if "axes" in node.attrs or int(node.attrs.get("antialias", 0)):
         return None
+    policy = node.attrs.get("keep_aspect_ratio_policy", "stretch")  # opset 18: may shrink what sizes say
+    if (policy.decode() if isinstance(policy, bytes) else policy) != "stretch":
+        return None
     shape = shape_of(node.inputs[0])
     if not shape or len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape[1:]):
         return None

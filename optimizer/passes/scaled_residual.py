@@ -34,11 +34,12 @@ def _small_broadcast(scale: gs.Tensor, x: gs.Tensor) -> bool:
 def _scaled_residual(node: gs.Node, outputs: set[int]) -> tuple[gs.Tensor, gs.Node, gs.Tensor] | None:
     """(x, the Mul, s) when `node` is Add(x, Mul(x, s)) in either order, the Mul's result read by this Add
     alone (`outputs`: the ids of the graph's outputs)."""
-    if node.op != "Add" or len(node.inputs) != 2:
+    if node.op != "Add" or len(node.inputs) != 2 or node.attrs:  # attributes: opset < 7's legacy broadcast
         return None
     for x, product in (node.inputs, node.inputs[::-1]):
         mul = product.inputs[0] if len(product.inputs) == 1 else None
-        if mul is None or mul.op != "Mul" or len(product.outputs) != 1 or id(product) in outputs or len(mul.inputs) != 2:
+        if mul is None or mul.op != "Mul" or mul.attrs or len(product.outputs) != 1 or id(product) in outputs \
+                or len(mul.inputs) != 2:
             continue
         if not any(t is x for t in mul.inputs):
             continue
