@@ -46,6 +46,12 @@ def ensure_domain(graph: gs.Graph, domain: str, version: int) -> None:
         graph.import_domains = imports
 
 
+def attr_text(node: gs.Node, name: str, default: str) -> str:
+    """A string attribute as str (onnx-graphsurgeon keeps some as bytes)."""
+    value = node.attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def set_inputs(node: gs.Node, tensors: list) -> None:
     """gs keeps producer/consumer links in sync only through element-wise list edits."""
     node.inputs.clear()

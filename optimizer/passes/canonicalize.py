@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..graph import (constant_value, make_constant, producer, replace_uses, set_inputs, set_outputs, shape_of,
-                     unique_name)
+from ..graph import (attr_text, constant_value, make_constant, producer, replace_uses, set_inputs, set_outputs,
+                     shape_of, unique_name)
 from ..report import Report
 
 
@@ -57,10 +57,9 @@ def _same_pads(size: int, kernel: int, stride: int, dilation: int, upper: bool) 
 
 def resolve_auto_pad(graph: gs.Graph, report: Report) -> None:
     for node in graph.nodes:
-        mode = node.attrs.get("auto_pad", "NOTSET")
-        if node.op != "Conv" or mode in ("NOTSET", b"NOTSET"):
+        mode = attr_text(node, "auto_pad", "NOTSET")
+        if node.op != "Conv" or mode == "NOTSET":
             continue
-        mode = mode.decode() if isinstance(mode, bytes) else mode
         w = constant_value(node.inputs[1])
         x_shape = shape_of(node.inputs[0])
         if w is None or w.ndim != 4:

@@ -9,9 +9,9 @@ which copies each pixel's C channels a*b times: the same values, exactly.
 Why, on ort-cpu: ONNX Runtime's CPU Resize on a channels-last tensor computes a source index per
 element, 1.5-4x slower than Expand's block copies for C >= 16 (2-core AMD EPYC with AVX-512, 1 and 2
 threads, inputs from 10x10x512 to 160x160x16 upsampled by 2: 80x80x64 took 1.77 ms against 0.48 on one
-thread), while at C = 4 Expand's 16-byte copies lose (0.21 against 0.17 ms). In the model the original Upsample runs in ORT's
-NCHWc layout at about Expand's speed, so this gives back what moving it into NHWC cost. Not on the
-GPU targets: not measured there.
+thread), while at C = 4 Expand's 16-byte copies lose (0.21 against 0.17 ms). In the model the original
+Upsample runs in ORT's NCHWc layout at about Expand's speed, so this gives back what moving it into NHWC
+cost. Not on the GPU targets: not measured there.
 
 The rewrite is made only where the Resize's index mapping (its coordinate transformation and nearest
 mode, ONNX's formulas) sends output pixel i to input pixel floor(i / a) for every i, which is what the
@@ -24,7 +24,7 @@ import math
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..graph import constant_value, make_constant, make_variable, shape_of
+from ..graph import attr_text, constant_value, make_constant, make_variable, shape_of
 from ..report import Report
 
 MIN_CHANNELS = 16  # below, Expand's per-pixel copies are too short to beat Resize (see above)
@@ -67,12 +67,11 @@ def _copies_whole_pixels(length: int, scale: int, transform: str, nearest: str) 
 def _factors(node: gs.Node) -> tuple[int, int] | None:
     """(a, b) when `node` is a nearest Resize of a static [N, H, W, C] tensor by integer factors a, b on H
     and W alone (scales or sizes), its mapping a whole-pixel copy, and C >= MIN_CHANNELS."""
-    if node.op != "Resize" or node.attrs.get("mode", "nearest") not in ("nearest", b"nearest"):
+    if node.op != "Resize" or attr_text(node, "mode", "nearest") != "nearest":
         return None
     if "axes" in node.attrs or int(node.attrs.get("antialias", 0)):
         return None
-    policy = node.attrs.get("keep_aspect_ratio_policy", "stretch")  # opset 18: may shrink what sizes say
-    if (policy.decode() if isinstance(policy, bytes) else policy) != "stretch":
+    if attr_text(node, "keep_aspect_ratio_policy", "stretch") != "stretch":  # opset 18: may shrink what sizes say
         return None
     shape = shape_of(node.inputs[0])
     if not shape or len(shape) != 4 or not all(isinstance(d, int) and d > 0 for d in shape[1:]):
@@ -97,11 +96,9 @@ def _factors(node: gs.Node) -> tuple[int, int] | None:
     if not (a.is_integer() and b.is_integer() and a >= 1 and b >= 1) or a * b == 1:
         return None
     a, b = int(a), int(b)
-    transform = node.attrs.get("coordinate_transformation_mode", "half_pixel")
-    nearest = node.attrs.get("nearest_mode", "round_prefer_floor")
-    transform = transform.decode() if isinstance(transform, bytes) else transform
-    nearest = nearest.decode() if isinstance(nearest, bytes) else nearest
-    if not (_copies_whole_pixels(shape[1], a, transform, nearest) and _copies_whole_pixels(shape[2], b, transform, nearest)):
+    transform = attr_text(node, "coordinate_transformation_mode", "half_pixel")
+    nearest = attr_text(node, "nearest_mode", "round_prefer_floor")
+    if not all(_copies_whole_pixels(n, f, transform, nearest) for n, f in ((shape[1], a), (shape[2], b))):
         return None
     return a, b
 
@@ -130,6 +127,7 @@ def nearest_upsample(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
                     outputs=[y]),
         ]
         done += 1
-    if done:
-        report.canonicalized[f"NHWC nearest Resize → Expand ({target})"] += done
+    if not done:
+        return graph
+    report.canonicalized[f"NHWC nearest Resize → Expand ({target})"] += done
     return graph.cleanup(remove_unused_graph_inputs=False).toposort()

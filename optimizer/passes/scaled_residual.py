@@ -66,6 +66,7 @@ def scaled_residual(graph: gs.Graph, report: Report, target: str) -> gs.Graph:
         set_inputs(node, [x, gate])
         mul.outputs.clear()
         done += 1
-    if done:
-        report.canonicalized[f"x + x * s → x * (1 + s) ({target})"] += done
+    if not done:
+        return graph
+    report.canonicalized[f"x + x * s → x * (1 + s) ({target})"] += done
     return graph.cleanup(remove_unused_graph_inputs=False).toposort()
