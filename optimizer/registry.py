@@ -95,7 +95,7 @@ class ConvDesc:
         return c
 
 
-ABI_VERSION = 3  # plugins/core/epifuse_c_api.h's EPIFUSE_ABI_VERSION, which these bindings are written for
+ABI_VERSION = 4  # plugins/core/epifuse_c_api.h's EPIFUSE_ABI_VERSION, which these bindings are written for
 
 
 @functools.lru_cache(maxsize=1)
@@ -125,7 +125,7 @@ def _lib() -> ctypes.CDLL:
     lib.epifuse_activation_info.restype = ctypes.c_int32
     lib.epifuse_cpu_fused_conv.argtypes = [desc_p, ctypes.c_int32, *[ctypes.c_void_p] * 5, *err]
     lib.epifuse_cpu_fused_conv.restype = ctypes.c_int32
-    lib.epifuse_cpu_kernel_name.argtypes = [desc_p, *err]
+    lib.epifuse_cpu_kernel_name.argtypes = [desc_p, ctypes.c_int32, *err]
     lib.epifuse_cpu_kernel_name.restype = ctypes.c_int32
     lib.epifuse_onednn_version.argtypes = []
     lib.epifuse_onednn_version.restype = ctypes.c_char_p
@@ -197,13 +197,17 @@ def _onnx_dtype(dtype: np.dtype) -> int:
     raise TypeError(f"unsupported dtype {dtype} (expected float32, float16 or bfloat16)")
 
 
-CPU_KERNELS = ("auto", "reference")
+CPU_KERNELS = ("auto", "reference", "onednn", "winograd")  # epifuse_c_api.h's EPIFUSE_CPU_KERNEL_* order
 
 
-def cpu_kernel_name(desc: ConvDesc) -> str:
-    """What the CPU kernel runs `desc` on: "onednn <oneDNN's implementation>" or "reference"."""
+def cpu_kernel_name(desc: ConvDesc, kernel: str = "auto") -> str:
+    """What the CPU kernel runs `desc` on: "winograd F(2x2,3x3) avx512", "onednn <oneDNN's
+    implementation>" or "reference". `kernel` as for cpu_fused_conv; "auto" times Winograd against
+    oneDNN where both can run `desc`, as the first run does."""
+    if kernel not in CPU_KERNELS:
+        raise ValueError(f"kernel must be one of {CPU_KERNELS}, got {kernel!r}")
     buf = ctypes.create_string_buffer(_ERR_LEN)
-    if _lib().epifuse_cpu_kernel_name(ctypes.byref(desc._to_c()), buf, _ERR_LEN) != 0:
+    if _lib().epifuse_cpu_kernel_name(ctypes.byref(desc._to_c()), CPU_KERNELS.index(kernel), buf, _ERR_LEN) != 0:
         raise ValueError(buf.value.decode())
     return buf.value.decode()
 
@@ -218,7 +222,9 @@ def cpu_fused_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, z: np.ndarray | 
                    activation="identity", activation_params=(), residual="none", kernel: str = "auto") -> np.ndarray:
     """Runs the library's CPU kernel: X [N,H,W,C], W [K,R,S,C/group], B [K], Z [N,P,Q,K] (all
     of one dtype: float32, float16 or ml_dtypes.bfloat16) -> Y [N,P,Q,K]. `kernel`: "auto" as the ORT
-    library runs it (oneDNN where it has an optimized implementation), "reference" the reference kernel."""
+    library runs it (Winograd or oneDNN, whichever is faster where both can, oneDNN where it has an
+    optimized implementation, else the reference kernel); "onednn" or "winograd" that kernel where it
+    can run the problem (as "auto" elsewhere); "reference" the reference kernel."""
     if kernel not in CPU_KERNELS:
         raise ValueError(f"kernel must be one of {CPU_KERNELS}, got {kernel!r}")
     dtype = _onnx_dtype(x.dtype)

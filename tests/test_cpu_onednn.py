@@ -1,7 +1,8 @@
 """The CPU FusedConv on oneDNN, through the core C ABI and through ONNX Runtime: every activation and
 residual mode and dtype against a float64 numpy reference, the ways the work is cut into chunks
 (row pieces of one image, groups of whole images, strided convs whose last rows are never read),
-and filters that are or are not constant between runs."""
+and filters that are or are not constant between runs. oneDNN is selected by name: "auto" may run
+3x3 stride-1 fp32 problems on the Winograd kernel (test_cpu_winograd.py)."""
 from __future__ import annotations
 
 import importlib.metadata
@@ -44,11 +45,11 @@ def _reference(x, w, b, z, **attrs):
     return fused_conv(*(None if a is None else a.astype(np.float64) for a in (x, w, b, z)), **attrs)
 
 
-def _kernel(dtype, shape, **attrs) -> str:
+def _kernel(dtype, shape, kernel="onednn", **attrs) -> str:
     n, h, w, c, k, r, s = shape
     code = {np.float32: registry.FLOAT, np.float16: registry.FLOAT16, ml_dtypes.bfloat16: registry.BFLOAT16}[dtype]
-    return registry.cpu_kernel_name(ConvDesc.from_attributes(code, (n, h, w, c), (k, r, s, c // attrs.get("group", 1)),
-                                                             **attrs))
+    desc = ConvDesc.from_attributes(code, (n, h, w, c), (k, r, s, c // attrs.get("group", 1)), **attrs)
+    return registry.cpu_kernel_name(desc, kernel)
 
 
 # N=1, 24x24x16 -> 16, 3x3: enough work to be cut into row pieces on a machine of two or more threads.
@@ -63,7 +64,7 @@ def test_every_activation_and_residual(activation, residual, dtype):
     attrs = dict(pads=(1, 1, 1, 1), activation=activation, activation_params=PARAMS.get(activation, ()),
                  residual=residual)
     x, w, b, z = conv_inputs(dtype, ACT_SHAPE, **attrs)
-    y = registry.cpu_fused_conv(x, w, b, z, **attrs)
+    y = registry.cpu_fused_conv(x, w, b, z, kernel="onednn", **attrs)
     assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[dtype]
     kernel = _kernel(dtype, ACT_SHAPE, **attrs)
     if dtype == np.float32:
@@ -97,14 +98,14 @@ GEOMETRY = {
 def test_geometry(name):
     shape, attrs = GEOMETRY[name]
     x, w, b, z = conv_inputs(np.float32, shape, **attrs)
-    y = registry.cpu_fused_conv(x, w, b, z, **attrs)
-    assert _kernel(np.float32, shape, **{k: v for k, v in attrs.items()}).startswith("onednn ")
+    y = registry.cpu_fused_conv(x, w, b, z, kernel="onednn", **attrs)
+    assert _kernel(np.float32, shape, **attrs).startswith("onednn ")
     assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[np.float32]
 
 
 def test_reference_kernel_is_selectable(monkeypatch):
     monkeypatch.setenv("EPIFUSE_CPU_KERNEL", "reference")
-    assert _kernel(np.float32, ACT_SHAPE, pads=(1, 1, 1, 1)) == "reference"
+    assert _kernel(np.float32, ACT_SHAPE, kernel="auto", pads=(1, 1, 1, 1)) == "reference"
     x, w, b, _ = conv_inputs(np.float32, ACT_SHAPE)
     y = registry.cpu_fused_conv(x, w, b)
     assert rel_l2(y, _reference(x, w, b, None)) <= TOL[np.float32]
@@ -126,18 +127,19 @@ def _fused_conv_model(shape, *, weights: np.ndarray | None, dtype=np.float32, **
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
 
 
-def _session(model):
+def _session(model, monkeypatch):
+    monkeypatch.setenv("EPIFUSE_CPU_KERNEL", "onednn")  # read when the session creates its kernels
     return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
 
 
 @needs_onednn
-def test_ort_constant_filters_across_runs_and_batches():
+def test_ort_constant_filters_across_runs_and_batches(monkeypatch):
     """The filters reordered at the first run serve later runs, of other batch sizes too."""
     shape = (1, 20, 20, 16, 32, 3, 3)
     attrs = dict(pads=[1, 1, 1, 1], activation="silu")
     _, w, b, _ = conv_inputs(np.float32, shape)
     b[:] = 0
-    session = _session(_fused_conv_model(shape, weights=w, **attrs))
+    session = _session(_fused_conv_model(shape, weights=w, **attrs), monkeypatch)
     rng = np.random.default_rng(1)
     for n in (1, 3, 1, 2):
         x = rng.standard_normal((n, 20, 20, 16)).astype(np.float32)
@@ -146,10 +148,10 @@ def test_ort_constant_filters_across_runs_and_batches():
 
 
 @needs_onednn
-def test_ort_filters_that_change_between_runs():
+def test_ort_filters_that_change_between_runs(monkeypatch):
     """W as a graph input: each run reorders the filters it is given, never a copy of earlier ones."""
     shape = (1, 20, 20, 16, 32, 3, 3)
-    session = _session(_fused_conv_model(shape, weights=None, pads=[1, 1, 1, 1], activation="relu"))
+    session = _session(_fused_conv_model(shape, weights=None, pads=[1, 1, 1, 1], activation="relu"), monkeypatch)
     x = np.random.default_rng(2).standard_normal((2, 20, 20, 16)).astype(np.float32)
     b = np.zeros(32, np.float32)
     for seed in (3, 4):
@@ -181,7 +183,7 @@ def test_silu_runs_as_the_activation_pass_on_avx512_or_avx2(activation, residual
     attrs = dict(activation=activation, residual=residual)
     x, w, b, z = conv_inputs(np.float32, shape, **attrs)
     x[0, :2] = np.float32(40.0) * np.sign(x[0, :2])  # outputs far into both tails of the sigmoid
-    y = registry.cpu_fused_conv(x, w, b, z, **attrs)
+    y = registry.cpu_fused_conv(x, w, b, z, kernel="onednn", **attrs)
     assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[np.float32]
     in_pass = "activation pass" in _kernel(np.float32, shape, **attrs)
     assert in_pass == (activation == "silu" and _silu_pass_isa())

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <string>
 
 #include "c_desc.h"
 #include "conv_problem.h"
 #include "cpu_fused_conv.h"
-#include "reference_fused_conv.h"
 #include "epifuse_c_api.h"
 #include "parallel.h"
 #include "registry.h"
@@ -20,6 +20,17 @@ using epifuse::problem_from_desc;
 
 int32_t report(const std::string& message, char* err, size_t err_len) {
   return epifuse::report_error(message, err, err_len);
+}
+
+// An EPIFUSE_CPU_KERNEL_* code; AUTO as the ORT library runs, which honours EPIFUSE_CPU_KERNEL.
+Status cpu_kernel(int32_t code, epifuse::CpuKernel* out) {
+  using epifuse::CpuKernel;
+  const CpuKernel kernels[] = {epifuse::cpu_kernel_from_environment(), CpuKernel::kReference, CpuKernel::kOnednn,
+                               CpuKernel::kWinograd};
+  if (code < 0 || code >= static_cast<int32_t>(std::size(kernels)))
+    return Status::Error("unknown CPU kernel code " + std::to_string(code));
+  *out = kernels[code];
+  return Status::Ok();
 }
 
 }  // namespace
@@ -127,11 +138,10 @@ int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, int32_t kernel, const
   try {
     epifuse::ConvProblem p;
     Status s = problem_from_desc(d, &p);
-    if (s.ok() && kernel == 1) {
-      s = epifuse::reference_fused_conv(p, x, w, b, z, y, epifuse::parallel_for_threads);
-    } else if (s.ok()) {
-      epifuse::CpuFusedConv cpu;
-      s = cpu.run(p, x, w, /*w_constant=*/false, b, z, y, epifuse::parallel_for_threads);
+    epifuse::CpuKernel chosen;
+    if (s.ok()) s = cpu_kernel(kernel, &chosen);
+    if (s.ok()) {
+      s = epifuse::CpuFusedConv(chosen).run(p, x, w, /*w_constant=*/false, b, z, y, epifuse::parallel_for_threads);
     }
     return s.ok() ? 0 : report(s.message(), err, err_len);
   } catch (const std::exception& e) {
@@ -139,12 +149,15 @@ int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, int32_t kernel, const
   }
 }
 
-int32_t epifuse_cpu_kernel_name(const epifuse_conv_desc* d, char* buf, size_t len) {
+int32_t epifuse_cpu_kernel_name(const epifuse_conv_desc* d, int32_t kernel, char* buf, size_t len) {
   try {
     epifuse::ConvProblem p;
+    epifuse::CpuKernel chosen;
+    std::string name;
     Status s = problem_from_desc(d, &p);
+    if (s.ok()) s = cpu_kernel(kernel, &chosen);
+    if (s.ok()) s = epifuse::CpuFusedConv(chosen).kernel_name(p, &name);
     if (!s.ok()) return report(s.message(), buf, len);
-    const std::string name = epifuse::CpuFusedConv().kernel_name(p);
     report(name, buf, len);
     return name.size() < len ? 0 : 1;
   } catch (const std::exception& e) {

@@ -1,21 +1,88 @@
 #include "cpu_fused_conv.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 namespace epifuse {
+namespace {
 
-CpuFusedConv::CpuFusedConv() {
+// Everything the two kernels' speeds depend on.
+std::vector<int64_t> shape_key(const ConvProblem& p) {
+  const ConvAttributes& a = p.attr;
+  return {p.N, p.H, p.W, p.C, p.K, a.pad_top, a.pad_left, a.pad_bottom, a.pad_right,
+          static_cast<int64_t>(a.activation.kind), static_cast<int64_t>(a.residual)};
+}
+
+// The best of `runs` timed calls, after one untimed (primitive creation, filter transform).
+template <class Run>
+Status best_seconds(Run&& run, int runs, double* best) {
+  *best = 1e30;
+  for (int i = 0; i <= runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    EPIFUSE_RETURN_IF_ERROR(run());
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0) *best = std::min(*best, took);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+CpuKernel cpu_kernel_from_environment() {
   const char* choice = std::getenv("EPIFUSE_CPU_KERNEL");
-  reference_only_ = choice != nullptr && std::strcmp(choice, "reference") == 0;
+  if (choice == nullptr) return CpuKernel::kAuto;
+  if (std::strcmp(choice, "reference") == 0) return CpuKernel::kReference;
+  if (std::strcmp(choice, "onednn") == 0) return CpuKernel::kOnednn;
+  if (std::strcmp(choice, "winograd") == 0) return CpuKernel::kWinograd;
+  return CpuKernel::kAuto;
+}
+
+Status CpuFusedConv::use_winograd(const ConvProblem& p, const ParallelFor& parallel_for, bool* yes) {
+  *yes = false;
+  if (!WinogradConv::supports(p) || kernel_ == CpuKernel::kOnednn) return Status::Ok();
+  if (kernel_ == CpuKernel::kWinograd) return *yes = true, Status::Ok();
+  const std::vector<int64_t> key = shape_key(p);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = winograd_chosen_.find(key);
+    if (it != winograd_chosen_.end()) return *yes = it->second, Status::Ok();
+  }
+  // Zeros: neither kernel's speed depends on the values. The filters count as constant, so the
+  // transform or reorder of these scratch ones stays out of the timing (a real call, with other
+  // filters, makes its own).
+  const int64_t out = p.N * p.P() * p.Q() * p.K;
+  std::vector<float> x(static_cast<size_t>(p.N * p.H * p.W * p.C)), w(static_cast<size_t>(p.K * 9 * p.C)),
+      b(static_cast<size_t>(p.K)), z(p.attr.residual == Residual::kNone ? 0 : static_cast<size_t>(out)),
+      y(static_cast<size_t>(out));
+  const float* zp = z.empty() ? nullptr : z.data();
+  bool refused = false;
+  double onednn_s = 0, winograd_s = 0;
+  EPIFUSE_RETURN_IF_ERROR(best_seconds(
+      [&] { return onednn_.run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for, &refused); }, 3,
+      &onednn_s));
+  EPIFUSE_RETURN_IF_ERROR(best_seconds(
+      [&] { return winograd_.run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for); }, 3,
+      &winograd_s));
+  *yes = refused || winograd_s < onednn_s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  winograd_chosen_[key] = *yes;
+  return Status::Ok();
 }
 
 Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
                          const void* z, void* y, const ParallelFor& parallel_for) {
-  if (!reference_only_) {
+  if (kernel_ != CpuKernel::kReference) {
     bool empty = false;
     EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
     if (empty) return Status::Ok();
+    bool winograd = false;
+    EPIFUSE_RETURN_IF_ERROR(use_winograd(p, parallel_for, &winograd));
+    if (winograd) {
+      return winograd_.run(p, static_cast<const float*>(x), static_cast<const float*>(w), w_constant,
+                           static_cast<const float*>(b), static_cast<const float*>(z), static_cast<float*>(y),
+                           parallel_for);
+    }
     bool refused = true;
     EPIFUSE_RETURN_IF_ERROR(onednn_.run(p, x, w, w_constant, b, z, y, parallel_for, &refused));
     if (!refused) return Status::Ok();
@@ -23,10 +90,18 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
   return reference_fused_conv(p, x, w, b, z, y, parallel_for);
 }
 
-std::string CpuFusedConv::kernel_name(const ConvProblem& p) {
-  if (reference_only_ || p.N <= 0) return "reference";
+Status CpuFusedConv::kernel_name(const ConvProblem& p, std::string* name) {
+  *name = "reference";
+  if (kernel_ == CpuKernel::kReference || p.N <= 0) return Status::Ok();
+  bool winograd = false;
+  EPIFUSE_RETURN_IF_ERROR(use_winograd(p, parallel_for_threads, &winograd));
   const std::string impl = onednn_.implementation(p);
-  return impl.empty() ? "reference" : "onednn " + impl;
+  if (winograd) {
+    *name = "winograd F(2x2,3x3) avx512";
+  } else if (!impl.empty()) {
+    *name = "onednn " + impl;
+  }
+  return Status::Ok();
 }
 
 }  // namespace epifuse

@@ -12,12 +12,18 @@ extern "C" {
 
 // 2: epifuse_cpu_fused_conv takes the kernel to run (oneDNN or the reference kernel).
 // 3: epifuse_conv_desc ends with allow_tf32.
-#define EPIFUSE_ABI_VERSION 3
+// 4: the CPU kernel codes name oneDNN and Winograd too; epifuse_cpu_kernel_name takes one.
+#define EPIFUSE_ABI_VERSION 4
 #define EPIFUSE_EXPORT __attribute__((visibility("default")))
 
 // ONNX TensorProto element types used by the op contract.
 enum { EPIFUSE_FLOAT = 1, EPIFUSE_FLOAT16 = 10, EPIFUSE_BFLOAT16 = 16 };
 enum { EPIFUSE_RESIDUAL_NONE = 0, EPIFUSE_RESIDUAL_PRE = 1, EPIFUSE_RESIDUAL_POST = 2 };
+// Which CPU kernel runs a problem: AUTO as the ORT library does (Winograd or oneDNN, whichever is
+// faster where both can run it, oneDNN where it has an optimized implementation, else the reference
+// kernel); ONEDNN and WINOGRAD where they can (the AUTO order for the rest); REFERENCE everywhere.
+enum { EPIFUSE_CPU_KERNEL_AUTO = 0, EPIFUSE_CPU_KERNEL_REFERENCE = 1, EPIFUSE_CPU_KERNEL_ONEDNN = 2,
+       EPIFUSE_CPU_KERNEL_WINOGRAD = 3 };
 
 // One FusedConv problem. N/H/W may be -1 (symbolic) when asking the registry.
 typedef struct epifuse_conv_desc {
@@ -72,17 +78,18 @@ EPIFUSE_EXPORT int32_t epifuse_activation_info(int32_t index, const char** name,
                                                float* default_params);
 
 // Runs the CPU kernel on host buffers (NHWC X, KRSC W, B[K], optional Z (NULL), Y). Tensors are in
-// d->dtype (uint16_t storage for float16/bfloat16). `kernel`: 0 as the ORT library runs it (oneDNN
-// where it has an optimized implementation, else the reference kernel), 1 the reference kernel.
+// d->dtype (uint16_t storage for float16/bfloat16). `kernel`: an EPIFUSE_CPU_KERNEL_* code.
 // Used by tests and benchmarks.
 EPIFUSE_EXPORT int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, int32_t kernel, const void* x,
                                               const void* w, const void* b, const void* z, void* y,
                                               char* err, size_t err_len);
 
-// What the CPU kernel runs `d` on (every dimension known), NUL-terminated into buf: "onednn <its
-// implementation>" or "reference"; and the oneDNN version built in ("" without oneDNN). Returns
+// What `kernel` (an EPIFUSE_CPU_KERNEL_* code) runs `d` on (every dimension known), NUL-terminated into
+// buf: "winograd F(2x2,3x3) avx512", "onednn <its implementation>" or "reference" (AUTO times Winograd
+// against oneDNN as a first run would); and the oneDNN version built in ("" without oneDNN). Returns
 // non-zero when buf is too small.
-EPIFUSE_EXPORT int32_t epifuse_cpu_kernel_name(const epifuse_conv_desc* d, char* buf, size_t len);
+EPIFUSE_EXPORT int32_t epifuse_cpu_kernel_name(const epifuse_conv_desc* d, int32_t kernel, char* buf,
+                                               size_t len);
 EPIFUSE_EXPORT const char* epifuse_onednn_version(void);
 
 #ifdef __cplusplus

@@ -1,0 +1,151 @@
+"""The CPU FusedConv's Winograd F(2x2, 3x3) kernel (AVX-512, fp32, 3x3 stride 1), through the core C
+ABI and through ONNX Runtime, against a float64 numpy reference: every activation and residual mode,
+tile grids with odd and tiny maps, every padding, channel counts that leave partial vectors and
+several GEMM column blocks, batches, filters constant or changing between runs; and where it does not
+apply, the problem goes to the other kernels."""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from conv_reference import fused_conv, rel_l2
+from optimizer import registry
+from optimizer.contract import ACTIVATIONS
+from optimizer.registry import ConvDesc
+from optimizer.runtime import session_options
+from tests.helpers import conv_inputs
+from tests.test_cpu_onednn import PARAMS, _fused_conv_model
+
+
+def _has_avx512f() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _has_avx512f(), reason="the Winograd kernel needs AVX-512F")
+WINOGRAD = "winograd F(2x2,3x3) avx512"
+TOL = 1e-5  # fp32, as for every CPU kernel
+
+
+def _reference(x, w, b, z, **attrs):
+    return fused_conv(*(None if a is None else a.astype(np.float64) for a in (x, w, b, z)), **attrs)
+
+
+def _desc(shape, **attrs) -> ConvDesc:
+    n, h, w, c, k, r, s = shape
+    return ConvDesc.from_attributes(registry.FLOAT, (n, h, w, c), (k, r, s, c // attrs.get("group", 1)), **attrs)
+
+
+def _check(shape, **attrs):
+    x, w, b, z = conv_inputs(np.float32, shape, **attrs)
+    y = registry.cpu_fused_conv(x, w, b, z, kernel="winograd", **attrs)
+    assert registry.cpu_kernel_name(_desc(shape, **attrs), "winograd") == WINOGRAD
+    assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL
+
+
+@pytest.mark.parametrize("residual", ["none", "pre", "post"])
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_every_activation_and_residual(activation, residual):
+    """The epilogue on the tile in registers: 16-lane forms of the common activations, the others lane
+    by lane; 40 output channels end in a partial vector."""
+    _check((1, 17, 15, 24, 40, 3, 3), pads=(1, 1, 1, 1), activation=activation,
+           activation_params=PARAMS.get(activation, ()), residual=residual)
+
+
+# (N, H, W, C, K, 3, 3), pads: each exercises another part of the tiling
+GEOMETRY = {
+    "odd_map_last_tiles_half_written": ((1, 13, 7, 16, 16), (1, 1, 1, 1)),
+    "no_padding": ((1, 12, 10, 32, 32), (0, 0, 0, 0)),
+    "asymmetric_pads": ((1, 11, 9, 16, 32), (0, 2, 1, 0)),
+    "pads_of_two_tiles_wholly_in_padding": ((1, 6, 6, 16, 16), (2, 2, 2, 2)),
+    "one_pixel_input": ((1, 1, 1, 16, 16), (1, 1, 1, 1)),
+    "three_channels": ((1, 20, 20, 3, 16), (1, 1, 1, 1)),
+    "channels_not_a_vector": ((1, 18, 18, 21, 19), (1, 1, 1, 1)),
+    "k_80_five_vectors": ((1, 16, 16, 64, 80), (1, 1, 1, 1)),
+    "k_96_blocks_of_4_and_2": ((1, 10, 10, 32, 96), (1, 1, 1, 1)),
+    "k_112_blocks_of_4_and_3": ((1, 10, 10, 16, 112), (1, 1, 1, 1)),
+    "wide_c_256": ((1, 20, 20, 256, 64), (1, 1, 1, 1)),
+    "batch_tiles_span_images": ((3, 9, 11, 16, 32), (1, 1, 1, 1)),
+    "many_blocks": ((2, 80, 80, 32, 32), (1, 1, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRY))
+def test_geometry(name):
+    (n, h, w, c, k), pads = GEOMETRY[name]
+    _check((n, h, w, c, k, 3, 3), pads=pads, activation="silu", residual="post")
+
+
+def test_large_values_and_nan_propagate():
+    """Outputs far into both tails of SiLU and sigmoid, and a NaN input pixel that spoils the outputs
+    whose windows hold it."""
+    shape = (1, 10, 10, 16, 16, 3, 3)
+    x, w, b, _ = conv_inputs(np.float32, shape)
+    x *= 40
+    x[0, 4, 4, 3] = np.nan
+    for activation in ("silu", "sigmoid", "relu"):
+        y = registry.cpu_fused_conv(x, w, b, pads=(1, 1, 1, 1), activation=activation, kernel="winograd")
+        ref = _reference(x, w, b, None, pads=(1, 1, 1, 1), activation=activation)
+        assert np.array_equal(np.isnan(y), np.isnan(ref)), activation
+        finite = ~np.isnan(ref)
+        assert rel_l2(y[finite], ref[finite]) <= TOL, activation
+
+
+@pytest.mark.parametrize("attrs, shape", [
+    (dict(strides=(2, 2), pads=(1, 1, 1, 1)), (1, 16, 16, 16, 16, 3, 3)),
+    (dict(dilations=(2, 2), pads=(2, 2, 2, 2)), (1, 16, 16, 16, 16, 3, 3)),
+    (dict(group=4, pads=(1, 1, 1, 1)), (1, 16, 16, 16, 16, 3, 3)),
+    (dict(pads=(2, 2, 2, 2)), (1, 16, 16, 16, 16, 5, 5)),
+    (dict(), (1, 16, 16, 16, 16, 1, 1)),
+])
+def test_other_problems_run_elsewhere(attrs, shape):
+    """Winograd F(2x2, 3x3) computes 3x3 stride-1 dense convolutions only; selecting it leaves the rest
+    to oneDNN."""
+    assert registry.cpu_kernel_name(_desc(shape, **attrs), "winograd").startswith("onednn ")
+    x, w, b, _ = conv_inputs(np.float32, shape, **attrs)
+    y = registry.cpu_fused_conv(x, w, b, kernel="winograd", **attrs)
+    assert rel_l2(y, _reference(x, w, b, None, **attrs)) <= TOL
+
+
+def test_auto_runs_the_faster_kernel_correctly():
+    """"auto" times Winograd against oneDNN on the problem and runs the faster; both give the answer."""
+    shape, attrs = (1, 40, 40, 64, 64, 3, 3), dict(pads=(1, 1, 1, 1), activation="hardswish", residual="pre")
+    name = registry.cpu_kernel_name(_desc(shape, **attrs))
+    assert name == WINOGRAD or name.startswith("onednn "), name
+    x, w, b, z = conv_inputs(np.float32, shape, **attrs)
+    assert rel_l2(registry.cpu_fused_conv(x, w, b, z, **attrs), _reference(x, w, b, z, **attrs)) <= TOL
+
+
+def _session(model, monkeypatch):
+    monkeypatch.setenv("EPIFUSE_CPU_KERNEL", "winograd")  # read when the session creates its kernels
+    return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+
+
+def test_ort_constant_filters_across_runs_and_batches(monkeypatch):
+    """The filters transformed at the first run serve later runs, of other batch sizes too."""
+    shape = (1, 20, 20, 16, 32, 3, 3)
+    attrs = dict(pads=[1, 1, 1, 1], activation="silu")
+    _, w, b, _ = conv_inputs(np.float32, shape)
+    b[:] = 0
+    session = _session(_fused_conv_model(shape, weights=w, **attrs), monkeypatch)
+    rng = np.random.default_rng(1)
+    for n in (1, 3, 1, 2):
+        x = rng.standard_normal((n, 20, 20, 16)).astype(np.float32)
+        y = session.run(None, {"x": x})[0]
+        assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="silu")) <= TOL
+
+
+def test_ort_filters_that_change_between_runs(monkeypatch):
+    """W as a graph input: each run transforms the filters it is given, never a copy of earlier ones."""
+    shape = (1, 20, 20, 16, 32, 3, 3)
+    session = _session(_fused_conv_model(shape, weights=None, pads=[1, 1, 1, 1], activation="relu"), monkeypatch)
+    x = np.random.default_rng(2).standard_normal((2, 20, 20, 16)).astype(np.float32)
+    b = np.zeros(32, np.float32)
+    for seed in (3, 4):
+        w = (np.random.default_rng(seed).standard_normal((32, 3, 3, 16)) / 12).astype(np.float32)
+        y = session.run(None, {"x": x, "w": w})[0]
+        assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="relu")) <= TOL
