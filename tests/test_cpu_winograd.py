@@ -1,8 +1,8 @@
-"""The CPU FusedConv's Winograd F(2x2, 3x3) kernel (AVX-512, fp32, 3x3 stride 1), through the core C
-ABI and through ONNX Runtime, against a float64 numpy reference: every activation and residual mode,
-tile grids with odd and tiny maps, every padding, channel counts that leave partial vectors and
-several GEMM column blocks, batches, filters constant or changing between runs; and where it does not
-apply, the problem goes to the other kernels."""
+"""The CPU FusedConv's Winograd F(2x2, 3x3) kernel (fp32, 3x3 stride 1; AVX-512 and AVX2, each where the
+CPU has it), through the core C ABI and through ONNX Runtime, against a float64 numpy reference: every
+activation and residual mode, tile grids with odd and tiny maps, every padding, channel counts that
+leave partial vectors and several GEMM column blocks, batches, filters constant or changing between
+runs; and where it does not apply, the problem goes to the other kernels."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,17 +18,27 @@ from tests.helpers import conv_inputs
 from tests.test_cpu_onednn import PARAMS, _fused_conv_model
 
 
-def _has_avx512f() -> bool:
+def _cpu_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx512f" in line for line in f)
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
     except OSError:
-        return False
+        return set()
 
 
-pytestmark = pytest.mark.skipif(not _has_avx512f(), reason="the Winograd kernel needs AVX-512F")
-WINOGRAD = "winograd F(2x2,3x3) avx512"
+FLAGS = _cpu_flags()
+pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= FLAGS, reason="the Winograd kernel needs AVX2 and FMA")
 TOL = 1e-5  # fp32, as for every CPU kernel
+
+
+@pytest.fixture(params=["avx512", "avx2"])
+def isa(request, monkeypatch):
+    """Each ISA's kernel, AVX2's on an AVX-512 CPU too (EPIFUSE_CPU_ISA caps the one chosen)."""
+    if request.param == "avx512" and "avx512f" not in FLAGS:
+        pytest.skip("no AVX-512F on this CPU")
+    if request.param == "avx2":
+        monkeypatch.setenv("EPIFUSE_CPU_ISA", "avx2")
+    return request.param
 
 
 def _reference(x, w, b, z, **attrs):
@@ -40,19 +50,19 @@ def _desc(shape, **attrs) -> ConvDesc:
     return ConvDesc.from_attributes(registry.FLOAT, (n, h, w, c), (k, r, s, c // attrs.get("group", 1)), **attrs)
 
 
-def _check(shape, **attrs):
+def _check(isa, shape, **attrs):
     x, w, b, z = conv_inputs(np.float32, shape, **attrs)
     y = registry.cpu_fused_conv(x, w, b, z, kernel="winograd", **attrs)
-    assert registry.cpu_kernel_name(_desc(shape, **attrs), "winograd") == WINOGRAD
+    assert registry.cpu_kernel_name(_desc(shape, **attrs), "winograd") == f"winograd F(2x2,3x3) {isa}"
     assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL
 
 
 @pytest.mark.parametrize("residual", ["none", "pre", "post"])
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-def test_every_activation_and_residual(activation, residual):
-    """The epilogue on the tile in registers: 16-lane forms of the common activations, the others lane
-    by lane; 40 output channels end in a partial vector."""
-    _check((1, 17, 15, 24, 40, 3, 3), pads=(1, 1, 1, 1), activation=activation,
+def test_every_activation_and_residual(activation, residual, isa):
+    """The epilogue on the tile in registers: vector forms of the common activations, the others lane
+    by lane; 20 input and 44 output channels end in partial vectors of either width."""
+    _check(isa, (1, 17, 15, 20, 44, 3, 3), pads=(1, 1, 1, 1), activation=activation,
            activation_params=PARAMS.get(activation, ()), residual=residual)
 
 
@@ -68,6 +78,7 @@ GEOMETRY = {
     "k_80_five_vectors": ((1, 16, 16, 64, 80), (1, 1, 1, 1)),
     "k_96_blocks_of_4_and_2": ((1, 10, 10, 32, 96), (1, 1, 1, 1)),
     "k_112_blocks_of_4_and_3": ((1, 10, 10, 16, 112), (1, 1, 1, 1)),
+    "k_24_an_odd_count_of_avx2_vectors": ((1, 10, 10, 16, 24), (1, 1, 1, 1)),
     "wide_c_256": ((1, 20, 20, 256, 64), (1, 1, 1, 1)),
     "batch_tiles_span_images": ((3, 9, 11, 16, 32), (1, 1, 1, 1)),
     "many_blocks": ((2, 80, 80, 32, 32), (1, 1, 1, 1)),
@@ -75,12 +86,12 @@ GEOMETRY = {
 
 
 @pytest.mark.parametrize("name", sorted(GEOMETRY))
-def test_geometry(name):
+def test_geometry(name, isa):
     (n, h, w, c, k), pads = GEOMETRY[name]
-    _check((n, h, w, c, k, 3, 3), pads=pads, activation="silu", residual="post")
+    _check(isa, (n, h, w, c, k, 3, 3), pads=pads, activation="silu", residual="post")
 
 
-def test_large_values_and_nan_propagate():
+def test_large_values_and_nan_propagate(isa):
     """Outputs far into both tails of SiLU and sigmoid, and a NaN input pixel that spoils the outputs
     whose windows hold it."""
     shape = (1, 10, 10, 16, 16, 3, 3)
@@ -115,7 +126,7 @@ def test_auto_runs_the_faster_kernel_correctly():
     """"auto" times Winograd against oneDNN on the problem and runs the faster; both give the answer."""
     shape, attrs = (1, 40, 40, 64, 64, 3, 3), dict(pads=(1, 1, 1, 1), activation="hardswish", residual="pre")
     name = registry.cpu_kernel_name(_desc(shape, **attrs))
-    assert name == WINOGRAD or name.startswith("onednn "), name
+    assert name.startswith("winograd F(2x2,3x3) ") or name.startswith("onednn "), name
     x, w, b, z = conv_inputs(np.float32, shape, **attrs)
     assert rel_l2(registry.cpu_fused_conv(x, w, b, z, **attrs), _reference(x, w, b, z, **attrs)) <= TOL
 

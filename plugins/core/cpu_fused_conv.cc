@@ -40,7 +40,7 @@ CpuKernel cpu_kernel_from_environment() {
 
 Status CpuFusedConv::use_winograd(const ConvProblem& p, const ParallelFor& parallel_for, bool* yes) {
   *yes = false;
-  if (!WinogradConv::supports(p) || kernel_ == CpuKernel::kOnednn) return Status::Ok();
+  if (!winograd_.supports(p) || kernel_ == CpuKernel::kOnednn) return Status::Ok();
   if (kernel_ == CpuKernel::kWinograd) return *yes = true, Status::Ok();
   const std::vector<int64_t> key = shape_key(p);
   {
@@ -97,7 +97,7 @@ Status CpuFusedConv::kernel_name(const ConvProblem& p, std::string* name) {
   EPIFUSE_RETURN_IF_ERROR(use_winograd(p, parallel_for_threads, &winograd));
   const std::string impl = onednn_.implementation(p);
   if (winograd) {
-    *name = "winograd F(2x2,3x3) avx512";
+    *name = winograd_.name();
   } else if (!impl.empty()) {
     *name = "onednn " + impl;
   }

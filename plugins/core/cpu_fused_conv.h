@@ -29,7 +29,7 @@ class CpuFusedConv {
   Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
              const void* z, void* y, const ParallelFor& parallel_for);
 
-  // What runs `p` (every dimension known): "winograd F(2x2,3x3) avx512", "onednn <implementation>"
+  // What runs `p` (every dimension known): "winograd F(2x2,3x3) avx512" (or avx2), "onednn <implementation>"
   // or "reference". Where both Winograd and oneDNN can, this times them as the first run would.
   Status kernel_name(const ConvProblem& p, std::string* name);
 

@@ -85,7 +85,7 @@ EPIFUSE_EXPORT int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, int32_
                                               char* err, size_t err_len);
 
 // What `kernel` (an EPIFUSE_CPU_KERNEL_* code) runs `d` on (every dimension known), NUL-terminated into
-// buf: "winograd F(2x2,3x3) avx512", "onednn <its implementation>" or "reference" (AUTO times Winograd
+// buf: "winograd F(2x2,3x3) avx512" (or avx2), "onednn <its implementation>" or "reference" (AUTO times Winograd
 // against oneDNN as a first run would); and the oneDNN version built in ("" without oneDNN). Returns
 // non-zero when buf is too small.
 EPIFUSE_EXPORT int32_t epifuse_cpu_kernel_name(const epifuse_conv_desc* d, int32_t kernel, char* buf,

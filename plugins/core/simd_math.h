@@ -68,5 +68,11 @@ __attribute__((target("avx2,fma"))) inline __m256 silu8(__m256 x) {
   return _mm256_div_ps(x, _mm256_add_ps(e, _mm256_set1_ps(1.f)));
 }
 
+__attribute__((target("avx2,fma"))) inline __m256 sigmoid8(__m256 x) {
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  const __m256 s = _mm256_div_ps(_mm256_set1_ps(1.f), _mm256_add_ps(e, _mm256_set1_ps(1.f)));
+  return _mm256_blendv_ps(s, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
 }  // namespace simd
 }  // namespace epifuse

@@ -1,11 +1,14 @@
 // F(2x2, 3x3) with B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], G = [1 0 0; .5 .5 .5; .5 -.5 .5;
 // 0 0 1], A^T = [1 1 1 0; 0 1 -1 -1]: V = B^T d B per 4x4 input patch, U = G g G^T per filter,
 // M = V . U summed over the input channels (16 GEMMs, one per position of the 4x4), Y = A^T M A.
-// NHWC puts the channels of a pixel side by side, so every transform works on 16 channels a vector.
+// NHWC puts the channels of a pixel side by side, so every transform works on a vector of channels:
+// 16 with AVX-512, 8 with AVX2.
 #include "winograd_fused_conv.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -15,7 +18,6 @@
 namespace epifuse {
 namespace {
 
-constexpr int64_t kLanes = 16;
 // V and M of one block of tiles, sized to stay in a 1 MB L2 (Zen 4, Skylake-SP) beside the filters.
 constexpr int64_t kBlockBytes = 192 * 1024;
 // Blocks per thread at least, where the layer has that many tiles: evens out ragged ends.
@@ -28,40 +30,24 @@ int64_t hardware_threads() {  // read once: hardware_concurrency() reads /sys on
   return threads;
 }
 
-bool has_avx512f() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
-
-// A 64-byte-aligned view into a vector of floats, so that every row of Cp or Kp floats starts a cache line.
+// A 64-byte-aligned view into a vector of floats, so that every row of Cp or Kp floats starts a
+// cache line (AVX-512) or half of one (AVX2).
 float* aligned(std::vector<float>& storage, int64_t n) {
-  if (storage.size() < static_cast<size_t>(n + kLanes)) storage.resize(static_cast<size_t>(n + kLanes));
+  if (storage.size() < static_cast<size_t>(n + 16)) storage.resize(static_cast<size_t>(n + 16));
   const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
   return reinterpret_cast<float*>(round_up(static_cast<int64_t>(address), 64));
 }
 
-// The GEMM register tiles: `rows` tiles x `vectors` x 16 output channels of accumulators (at most
-// 25 of AVX-512's 32 registers, the rest for the filter vectors and the broadcast input).
+// The GEMM register tile: `rows` tiles x `vectors` vectors of output channels of accumulators.
 struct GemmShape {
   int rows, vectors;
 };
 
-GemmShape gemm_shape(int64_t k_vectors) {
-  switch (k_vectors) {
-    case 1: return {14, 1};
-    case 2: return {12, 2};
-    case 3: return {8, 3};
-    case 4: return {6, 4};
-    case 5: return {5, 5};
-    default: return {6, 4};  // wider layers: several column blocks of 4 vectors, the last narrower
-  }
-}
-
 struct Geometry {
-  explicit Geometry(const ConvProblem& p)
+  Geometry(const ConvProblem& p, int64_t lanes, GemmShape (*gemm_shape)(int64_t k_vectors))
       : N(p.N), H(p.H), W(p.W), C(p.C), K(p.K), P(p.P()), Q(p.Q()), TP((P + 1) / 2), TQ((Q + 1) / 2),
-        tiles(N * TP * TQ), pad_top(p.attr.pad_top), pad_left(p.attr.pad_left), Cp(round_up(C, kLanes)),
-        Kp(round_up(K, kLanes)), gemm(gemm_shape(Kp / kLanes)), residual(p.attr.residual),
+        tiles(N * TP * TQ), pad_top(p.attr.pad_top), pad_left(p.attr.pad_left), Cp(round_up(C, lanes)),
+        Kp(round_up(K, lanes)), gemm(gemm_shape(Kp / lanes)), residual(p.attr.residual),
         activation(p.attr.activation) {
     const int64_t rows = gemm.rows;
     const int64_t fits = std::max<int64_t>(rows, kBlockBytes / (16 * (Cp + Kp) * 4) / rows * rows);
@@ -104,74 +90,45 @@ void transform_filters(const Geometry& g, const float* w, float* u) {
   }
 }
 
-#define EPIFUSE_AVX512 __attribute__((target("avx512f")))
-
-EPIFUSE_AVX512 inline __mmask16 tail_mask(int64_t remaining) {
-  return remaining >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << remaining) - 1);
-}
-
-// V rows [0, count) of the block: tile t0 + t's 4x4 input patch (zeros outside the image) transformed.
-EPIFUSE_AVX512 void input_transform(const Geometry& g, const float* x, int64_t t0, int64_t count, float* v) {
-  const int64_t plane = g.block * g.Cp;  // one of the 16 matrices
-  for (int64_t t = 0; t < count; ++t) {
-    const int64_t tile = t0 + t, n = tile / (g.TP * g.TQ), ty = tile / g.TQ % g.TP, tx = tile % g.TQ;
-    const int64_t y0 = 2 * ty - g.pad_top, x0 = 2 * tx - g.pad_left;
-    const float* image = x + n * g.H * g.W * g.C;
-    for (int64_t c0 = 0; c0 < g.Cp; c0 += kLanes) {
-      const __mmask16 mask = tail_mask(g.C - c0);
-      __m512 d[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) {
-          const int64_t yy = y0 + i, xx = x0 + j;
-          const bool inside = yy >= 0 && yy < g.H && xx >= 0 && xx < g.W;
-          d[i][j] = inside ? _mm512_maskz_loadu_ps(mask, image + (yy * g.W + xx) * g.C + c0) : _mm512_setzero_ps();
-        }
-      __m512 b[4][4];  // B^T d
-      for (int j = 0; j < 4; ++j) {
-        b[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
-        b[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
-        b[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
-        b[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
-      }
-      float* out = v + t * g.Cp + c0;
-      for (int i = 0; i < 4; ++i) {  // (B^T d) B
-        _mm512_store_ps(out + (i * 4 + 0) * plane, _mm512_sub_ps(b[i][0], b[i][2]));
-        _mm512_store_ps(out + (i * 4 + 1) * plane, _mm512_add_ps(b[i][1], b[i][2]));
-        _mm512_store_ps(out + (i * 4 + 2) * plane, _mm512_sub_ps(b[i][2], b[i][1]));
-        _mm512_store_ps(out + (i * 4 + 3) * plane, _mm512_sub_ps(b[i][1], b[i][3]));
-      }
-    }
-  }
-}
-
-// m[ROWS][VECTORS x 16] = v[ROWS][C] . u[C][VECTORS x 16], the accumulators in registers.
-template <int ROWS, int VECTORS>
-EPIFUSE_AVX512 void gemm_tile(const float* v, int64_t v_stride, const float* u, int64_t u_stride, float* m,
-                              int64_t m_stride, int64_t C) {
-  __m512 acc[ROWS][VECTORS];
-#pragma GCC unroll 32
-  for (int r = 0; r < ROWS; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < VECTORS; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < C; ++c) {
-    __m512 uc[VECTORS];
-#pragma GCC unroll 8
-    for (int j = 0; j < VECTORS; ++j) uc[j] = _mm512_load_ps(u + c * u_stride + j * kLanes);
-#pragma GCC unroll 32
-    for (int r = 0; r < ROWS; ++r) {
-      const __m512 vr = _mm512_set1_ps(v[r * v_stride + c]);
-#pragma GCC unroll 8
-      for (int j = 0; j < VECTORS; ++j) acc[r][j] = _mm512_fmadd_ps(vr, uc[j], acc[r][j]);
-    }
-  }
-#pragma GCC unroll 32
-  for (int r = 0; r < ROWS; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < VECTORS; ++j) _mm512_store_ps(m + r * m_stride + j * kLanes, acc[r][j]);
-}
-
 using GemmTile = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t);
 
+namespace avx512 {
+
+struct Vec {
+  using F = __m512;
+  using Mask = __mmask16;
+  static constexpr int64_t kLanes = 16;
+#define EPIFUSE_WINOGRAD_TARGET __attribute__((target("avx512f")))
+  EPIFUSE_WINOGRAD_TARGET static Mask tail(int64_t n) {  // the first min(n, 16) lanes
+    return n >= kLanes ? static_cast<Mask>(0xFFFF) : static_cast<Mask>((1u << n) - 1);
+  }
+  EPIFUSE_WINOGRAD_TARGET static F zero() { return _mm512_setzero_ps(); }
+  EPIFUSE_WINOGRAD_TARGET static F set1(float a) { return _mm512_set1_ps(a); }
+  EPIFUSE_WINOGRAD_TARGET static F load(const float* p) { return _mm512_load_ps(p); }  // 64-byte aligned
+  EPIFUSE_WINOGRAD_TARGET static F load_masked(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+  EPIFUSE_WINOGRAD_TARGET static void store(float* p, F a) { _mm512_store_ps(p, a); }
+  EPIFUSE_WINOGRAD_TARGET static void store_masked(float* p, Mask m, F a) { _mm512_mask_storeu_ps(p, m, a); }
+  EPIFUSE_WINOGRAD_TARGET static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  EPIFUSE_WINOGRAD_TARGET static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F min(F a, F b) { return _mm512_min_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F where_negative(F x, F a) {  // a where x < 0, else x
+    return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, zero(), _CMP_LT_OQ), a);
+  }
+  EPIFUSE_WINOGRAD_TARGET static F sigmoid(F x) { return simd::sigmoid16(x); }
+  EPIFUSE_WINOGRAD_TARGET static F silu(F x) { return simd::silu16(x); }
+};
+
+// Register tiles of at most 25 of the 32 zmm accumulators, the rest for the filter vectors and the
+// broadcast input; wider layers in column blocks of 4 vectors, the last narrower.
+GemmShape gemm_shape(int64_t k_vectors) {
+  static const GemmShape shapes[] = {{14, 1}, {12, 2}, {8, 3}, {6, 4}, {5, 5}};
+  return k_vectors <= 5 ? shapes[k_vectors - 1] : GemmShape{6, 4};
+}
+GemmTile gemm_tile_for(GemmShape s);
+#include "winograd_kernels.inc"
 GemmTile gemm_tile_for(GemmShape s) {
   switch (s.rows * 8 + s.vectors) {
     case 14 * 8 + 1: return gemm_tile<14, 1>;
@@ -184,85 +141,62 @@ GemmTile gemm_tile_for(GemmShape s) {
     default: return gemm_tile<6, 4>;
   }
 }
+#undef EPIFUSE_WINOGRAD_TARGET
 
-// M rows [0, rows) of the block, rows a multiple of the register tile's (rows past the block's
-// tiles read V's stale or zero rows and are never transformed out).
-void gemms(const Geometry& g, const float* u, const float* v, int64_t rows, float* m) {
-  const int64_t k_vectors = g.Kp / kLanes;
-  for (int xi = 0; xi < 16; ++xi) {
-    const float* vx = v + xi * g.block * g.Cp;
-    const float* ux = u + xi * g.Cp * g.Kp;
-    float* mx = m + xi * g.block * g.Kp;
-    for (int64_t j0 = 0; j0 < k_vectors; j0 += g.gemm.vectors) {
-      const GemmShape shape{g.gemm.rows, static_cast<int>(std::min<int64_t>(g.gemm.vectors, k_vectors - j0))};
-      const GemmTile tile = gemm_tile_for(shape);
-      for (int64_t r0 = 0; r0 < rows; r0 += shape.rows)
-        tile(vx + r0 * g.Cp, g.Cp, ux + j0 * kLanes, g.Kp, mx + r0 * g.Kp + j0 * kLanes, g.Kp, g.C);
-    }
+}  // namespace avx512
+
+namespace avx2 {
+
+struct Vec {
+  using F = __m256;
+  using Mask = __m256i;
+  static constexpr int64_t kLanes = 8;
+#define EPIFUSE_WINOGRAD_TARGET __attribute__((target("avx2,fma")))
+  EPIFUSE_WINOGRAD_TARGET static Mask tail(int64_t n) {  // lane j on where j < n
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, kLanes))),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
+  EPIFUSE_WINOGRAD_TARGET static F zero() { return _mm256_setzero_ps(); }
+  EPIFUSE_WINOGRAD_TARGET static F set1(float a) { return _mm256_set1_ps(a); }
+  EPIFUSE_WINOGRAD_TARGET static F load(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
+  EPIFUSE_WINOGRAD_TARGET static F load_masked(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
+  EPIFUSE_WINOGRAD_TARGET static void store(float* p, F a) { _mm256_store_ps(p, a); }
+  EPIFUSE_WINOGRAD_TARGET static void store_masked(float* p, Mask m, F a) { _mm256_maskstore_ps(p, m, a); }
+  EPIFUSE_WINOGRAD_TARGET static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  EPIFUSE_WINOGRAD_TARGET static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F min(F a, F b) { return _mm256_min_ps(a, b); }
+  EPIFUSE_WINOGRAD_TARGET static F where_negative(F x, F a) {
+    return _mm256_blendv_ps(x, a, _mm256_cmp_ps(x, zero(), _CMP_LT_OQ));
+  }
+  EPIFUSE_WINOGRAD_TARGET static F sigmoid(F x) { return simd::sigmoid8(x); }
+  EPIFUSE_WINOGRAD_TARGET static F silu(F x) { return simd::silu8(x); }
+};
+
+// 16 ymm registers: 6 rows x 2 vectors of accumulators (MLAS's AVX2 SGEMM tile), a last odd vector 6 x 1.
+GemmShape gemm_shape(int64_t) { return {6, 2}; }
+GemmTile gemm_tile_for(GemmShape s);
+#include "winograd_kernels.inc"
+GemmTile gemm_tile_for(GemmShape s) { return s.vectors == 1 ? gemm_tile<6, 1> : gemm_tile<6, 2>; }
+#undef EPIFUSE_WINOGRAD_TARGET
+
+}  // namespace avx2
+
+// The widest vector ISA this CPU has, capped by EPIFUSE_CPU_ISA=avx2 (to run the AVX2 kernel on an
+// AVX-512 CPU, for tests and comparisons).
+WinogradIsa best_isa() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const char* cap = std::getenv("EPIFUSE_CPU_ISA");
+  if (avx512 && !(cap && std::strcmp(cap, "avx2") == 0)) return WinogradIsa::kAvx512;
+  return avx2 ? WinogradIsa::kAvx2 : WinogradIsa::kNone;
 }
 
-EPIFUSE_AVX512 __m512 activate(const Activation& a, __m512 x) {
-  const float p0 = a.params[0], p1 = a.params[1];
-  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.f);
-  // max/min return their second operand where one is NaN: a constant goes first so NaN propagates
-  switch (a.kind) {
-    case ActivationKind::kIdentity: return x;
-    case ActivationKind::kRelu: return _mm512_max_ps(zero, x);
-    case ActivationKind::kLeakyRelu:
-      return _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), x, _mm512_set1_ps(p0));
-    case ActivationKind::kClip: return _mm512_min_ps(_mm512_set1_ps(p1), _mm512_max_ps(_mm512_set1_ps(p0), x));
-    case ActivationKind::kSigmoid: return simd::sigmoid16(x);
-    case ActivationKind::kSilu: return simd::silu16(x);
-    case ActivationKind::kHardSigmoid:
-      return _mm512_max_ps(zero, _mm512_min_ps(one, _mm512_fmadd_ps(x, _mm512_set1_ps(p0), _mm512_set1_ps(p1))));
-    case ActivationKind::kHardSwish: {
-      const __m512 gate = _mm512_fmadd_ps(x, _mm512_set1_ps(1.f / 6.f), _mm512_set1_ps(0.5f));
-      return _mm512_mul_ps(x, _mm512_max_ps(zero, _mm512_min_ps(one, gate)));
-    }
-    default: {  // the rest lane by lane with the reference kernel's functions
-      alignas(64) float lanes[kLanes];
-      _mm512_store_ps(lanes, x);
-      const act::Runtime f = act::runtime(a);
-      for (float& value : lanes) value = f(value);
-      return _mm512_load_ps(lanes);
-    }
-  }
-}
-
-// Y for the block's tiles from M: A^T M A, then the bias, residual and activation; outputs past
-// the map's bottom or right edge (odd P or Q) are not written.
-EPIFUSE_AVX512 void output_transform(const Geometry& g, const float* m, const float* bias, const float* z,
-                                     int64_t t0, int64_t count, float* y) {
-  const int64_t plane = g.block * g.Kp;
-  for (int64_t t = 0; t < count; ++t) {
-    const int64_t tile = t0 + t, n = tile / (g.TP * g.TQ), ty = tile / g.TQ % g.TP, tx = tile % g.TQ;
-    const int64_t rows = std::min<int64_t>(2, g.P - 2 * ty), cols = std::min<int64_t>(2, g.Q - 2 * tx);
-    for (int64_t k0 = 0; k0 < g.Kp; k0 += kLanes) {
-      const __mmask16 mask = tail_mask(g.K - k0);
-      const float* in = m + t * g.Kp + k0;
-      __m512 s[2][4];  // A^T M
-      for (int j = 0; j < 4; ++j) {
-        const __m512 m0 = _mm512_load_ps(in + (0 * 4 + j) * plane), m1 = _mm512_load_ps(in + (1 * 4 + j) * plane);
-        const __m512 m2 = _mm512_load_ps(in + (2 * 4 + j) * plane), m3 = _mm512_load_ps(in + (3 * 4 + j) * plane);
-        s[0][j] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-        s[1][j] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
-      }
-      const __m512 b = _mm512_maskz_loadu_ps(mask, bias + k0);
-      for (int64_t i = 0; i < rows; ++i) {
-        const __m512 out[2] = {_mm512_add_ps(_mm512_add_ps(s[i][0], s[i][1]), s[i][2]),
-                               _mm512_sub_ps(_mm512_sub_ps(s[i][1], s[i][2]), s[i][3])};
-        for (int64_t j = 0; j < cols; ++j) {
-          const int64_t offset = ((n * g.P + 2 * ty + i) * g.Q + 2 * tx + j) * g.K + k0;
-          __m512 value = _mm512_add_ps(out[j], b);
-          if (g.residual == Residual::kPre) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, z + offset));
-          value = activate(g.activation, value);
-          if (g.residual == Residual::kPost) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, z + offset));
-          _mm512_mask_storeu_ps(y + offset, mask, value);
-        }
-      }
-    }
-  }
+Geometry geometry(const ConvProblem& p, WinogradIsa isa) {
+  return isa == WinogradIsa::kAvx512 ? Geometry(p, avx512::Vec::kLanes, avx512::gemm_shape)
+                                     : Geometry(p, avx2::Vec::kLanes, avx2::gemm_shape);
 }
 
 }  // namespace
@@ -272,16 +206,22 @@ struct WinogradConv::Filters {
   const float* u = nullptr;  // U[16][Cp][Kp], 64-byte aligned inside storage
 };
 
-bool WinogradConv::supports(const ConvProblem& p) {
+WinogradConv::WinogradConv() : isa_(best_isa()) {}
+
+bool WinogradConv::supports(const ConvProblem& p) const {
   const ConvAttributes& a = p.attr;
   return p.dtype == DType::kFloat && p.R == 3 && p.S == 3 && a.stride_h == 1 && a.stride_w == 1 &&
-         a.dil_h == 1 && a.dil_w == 1 && a.group == 1 && p.C > 0 && p.K > 0 && has_avx512f();
+         a.dil_h == 1 && a.dil_w == 1 && a.group == 1 && p.C > 0 && p.K > 0 && isa_ != WinogradIsa::kNone;
+}
+
+std::string WinogradConv::name() const {
+  return isa_ == WinogradIsa::kAvx512 ? "winograd F(2x2,3x3) avx512" : "winograd F(2x2,3x3) avx2";
 }
 
 Status WinogradConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
                          const float* z, float* y, const ParallelFor& parallel_for) {
   if (!supports(p)) return Status::Error("the Winograd kernel does not run this problem");
-  const Geometry g(p);
+  const Geometry g = geometry(p, isa_);
   if (g.tiles == 0) return Status::Ok();
 
   // Constant filters are transformed once; others on every call.
@@ -303,6 +243,7 @@ Status WinogradConv::run(const ConvProblem& p, const float* x, const float* w, b
     }
   }
   const float* u = filters->u;
+  const auto run_block = isa_ == WinogradIsa::kAvx512 ? avx512::run_block : avx2::run_block;
 
   std::mutex error_mutex;
   std::string error;
@@ -311,10 +252,8 @@ Status WinogradConv::run(const ConvProblem& p, const float* x, const float* w, b
       thread_local std::vector<float> scratch;
       float* v = aligned(scratch, g.scratch_floats());
       float* m = v + 16 * g.block * g.Cp;
-      const int64_t t0 = i * g.block, count = std::min(g.block, g.tiles - t0);
-      input_transform(g, x, t0, count, v);
-      gemms(g, u, v, round_up(count, g.gemm.rows), m);
-      output_transform(g, m, b, z, t0, count, y);
+      const int64_t t0 = i * g.block;
+      run_block(g, x, u, b, z, t0, std::min(g.block, g.tiles - t0), v, m, y);
     } catch (const std::exception& e) {  // scratch that could not be allocated
       std::lock_guard<std::mutex> lock(error_mutex);
       if (error.empty()) error = std::string("Winograd convolution: ") + e.what();

@@ -1,5 +1,5 @@
 // CPU FusedConv for 3x3, stride-1 fp32 convolutions by Winograd's minimal filtering F(2x2, 3x3)
-// (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016) on AVX-512: a 2x2
+// (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016) on AVX-512 or AVX2: a 2x2
 // output tile costs 16 multiply-adds per input and output channel where the direct convolution
 // does 36. The CPU engines at hand compute these layers directly (MLAS; oneDNN 3.2 has no fp32
 // Winograd on AMD cores), at ~85% of the FMA peak at best, so the fewer multiplies are the only
@@ -14,6 +14,7 @@
 #pragma once
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "conv_problem.h"
@@ -24,10 +25,17 @@ namespace epifuse {
 
 // One per node, safe to run from several threads at once; the transformed constant filters are
 // kept between calls.
+enum class WinogradIsa { kNone, kAvx2, kAvx512 };
+
 class WinogradConv {
  public:
-  // fp32, 3x3, stride 1, dilation 1, one group, on a CPU with AVX-512F.
-  static bool supports(const ConvProblem& p);
+  WinogradConv();  // on the widest ISA of this CPU (EPIFUSE_CPU_ISA=avx2 caps it at AVX2)
+
+  // fp32, 3x3, stride 1, dilation 1, one group, on a CPU with AVX-512F or AVX2 and FMA.
+  bool supports(const ConvProblem& p) const;
+
+  // "winograd F(2x2,3x3) avx512" or "... avx2".
+  std::string name() const;
 
   // As reference_fused_conv, for a problem `supports` accepts. `w_constant`: the filters are the
   // same data on every call (an initializer), so their transform is kept.
@@ -36,6 +44,7 @@ class WinogradConv {
 
  private:
   struct Filters;  // the filters transformed
+  WinogradIsa isa_;
   std::mutex mutex_;
   std::shared_ptr<const Filters> filters_;  // of the constant filters, made at the first call
   const float* filters_source_ = nullptr;
