@@ -31,6 +31,7 @@ MODELS = {
     "cs3darknet_s": ("timm", "cs3darknet_s", 256),
     "mixnet_s": ("timm", "mixnet_s", 224),
     "yolov8n": ("ultralytics", "yolov8n.yaml", 640),
+    "yolo11n": ("ultralytics", "yolo11n.yaml", 640),
 }
 DEFAULT = "resnet18,mobilenet_v2,efficientnet_b0,cs3darknet_s,yolov8n"
 
