@@ -65,6 +65,13 @@ Status CpuFusedConv::use_winograd(const ConvProblem& p, const ParallelFor& paral
       [&] { return winograd_.run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for); }, 3,
       &winograd_s));
   *yes = refused || winograd_s < onednn_s;
+  // Both kept their copy of the scratch filters: the loser never runs this shape, so its copy (up to
+  // 16/9 of the filters' size) would only take memory; the winner's is replaced at the first real run.
+  if (*yes) {
+    onednn_.release_filters();
+  } else {
+    winograd_.release_filters();
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   winograd_chosen_[key] = *yes;
   return Status::Ok();

@@ -325,6 +325,12 @@ memory reorder_weights(const ConvProblem& p, const void* w, const memory::desc& 
 OnednnConv::OnednnConv() : state_(std::make_unique<State>()) {}
 OnednnConv::~OnednnConv() = default;
 
+void OnednnConv::release_filters() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->weights.clear();
+  state_->weights_source = nullptr;
+}
+
 std::string OnednnConv::implementation(const ConvProblem& p) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   const auto& prim = state_->primitive(p, plan(p, hardware_threads()).front());
@@ -428,6 +434,7 @@ std::string onednn_version() {
 struct OnednnConv::State {};
 OnednnConv::OnednnConv() = default;
 OnednnConv::~OnednnConv() = default;
+void OnednnConv::release_filters() {}
 std::string OnednnConv::implementation(const ConvProblem&) { return ""; }
 Status OnednnConv::run(const ConvProblem&, const void*, const void*, bool, const void*, const void*, void*,
                        const ParallelFor&, bool* refused) {

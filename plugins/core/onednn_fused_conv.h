@@ -28,6 +28,9 @@ class OnednnConv {
   Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
              const void* z, void* y, const ParallelFor& parallel_for, bool* refused);
 
+  // Drops the reordered copy of constant filters (a later run makes it again).
+  void release_filters();
+
   // The implementation oneDNN chose for `p` ("jit:avx2", "brg:avx512_core", ...), or "" when it
   // refuses the problem.
   std::string implementation(const ConvProblem& p);

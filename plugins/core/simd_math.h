@@ -9,7 +9,9 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <iterator>
 
 namespace epifuse {
@@ -73,6 +75,77 @@ __attribute__((target("avx2,fma"))) inline __m256 sigmoid8(__m256 x) {
   const __m256 s = _mm256_div_ps(_mm256_set1_ps(1.f), _mm256_add_ps(e, _mm256_set1_ps(1.f)));
   return _mm256_blendv_ps(s, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
+
+#define EPIFUSE_AVX512 __attribute__((target("avx512f")))
+#define EPIFUSE_AVX2 __attribute__((target("avx2,fma")))
+
+// A GEMM register tile: `rows` rows x `vectors` vectors of output channels of accumulators.
+struct GemmShape {
+  int rows, vectors;
+};
+
+// The vector operations the CPU kernels' .inc sources are written against, one struct per ISA:
+// 16 lanes with AVX-512F, 8 with AVX2 + FMA. Masks select the first lanes of a row's last vector.
+struct Avx512 {
+  using F = __m512;
+  using Mask = __mmask16;
+  static constexpr int64_t kLanes = 16;
+  // At most 25 of the 32 zmm registers as accumulators, the rest for the filter vectors and the
+  // broadcast input; wider layers in column blocks of 4 vectors, the last narrower.
+  static GemmShape gemm_shape(int64_t k_vectors) {
+    static const GemmShape shapes[] = {{14, 1}, {12, 2}, {8, 3}, {6, 4}, {5, 5}};
+    return k_vectors <= 5 ? shapes[k_vectors - 1] : GemmShape{6, 4};
+  }
+  EPIFUSE_AVX512 static Mask tail(int64_t n) {  // the first min(n, 16) lanes
+    return n >= kLanes ? static_cast<Mask>(0xFFFF) : static_cast<Mask>((1u << n) - 1);
+  }
+  EPIFUSE_AVX512 static F zero() { return _mm512_setzero_ps(); }
+  EPIFUSE_AVX512 static F set1(float a) { return _mm512_set1_ps(a); }
+  EPIFUSE_AVX512 static F load(const float* p) { return _mm512_load_ps(p); }  // 64-byte aligned
+  EPIFUSE_AVX512 static F load_masked(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+  EPIFUSE_AVX512 static void store(float* p, F a) { _mm512_store_ps(p, a); }
+  EPIFUSE_AVX512 static void store_masked(float* p, Mask m, F a) { _mm512_mask_storeu_ps(p, m, a); }
+  EPIFUSE_AVX512 static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  EPIFUSE_AVX512 static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  EPIFUSE_AVX512 static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  EPIFUSE_AVX512 static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  EPIFUSE_AVX512 static F max(F a, F b) { return _mm512_max_ps(a, b); }
+  EPIFUSE_AVX512 static F min(F a, F b) { return _mm512_min_ps(a, b); }
+  EPIFUSE_AVX512 static F where_negative(F x, F a) {  // a where x < 0, else x
+    return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, zero(), _CMP_LT_OQ), a);
+  }
+  EPIFUSE_AVX512 static F sigmoid(F x) { return simd::sigmoid16(x); }
+  EPIFUSE_AVX512 static F silu(F x) { return simd::silu16(x); }
+};
+
+struct Avx2 {
+  using F = __m256;
+  using Mask = __m256i;
+  static constexpr int64_t kLanes = 8;
+  // 16 ymm registers: 6 rows x 2 vectors (MLAS's AVX2 SGEMM tile), a last odd vector 6 x 1.
+  static GemmShape gemm_shape(int64_t) { return {6, 2}; }
+  EPIFUSE_AVX2 static Mask tail(int64_t n) {  // lane j on where j < n
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, kLanes))),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  EPIFUSE_AVX2 static F zero() { return _mm256_setzero_ps(); }
+  EPIFUSE_AVX2 static F set1(float a) { return _mm256_set1_ps(a); }
+  EPIFUSE_AVX2 static F load(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
+  EPIFUSE_AVX2 static F load_masked(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
+  EPIFUSE_AVX2 static void store(float* p, F a) { _mm256_store_ps(p, a); }
+  EPIFUSE_AVX2 static void store_masked(float* p, Mask m, F a) { _mm256_maskstore_ps(p, m, a); }
+  EPIFUSE_AVX2 static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  EPIFUSE_AVX2 static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  EPIFUSE_AVX2 static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  EPIFUSE_AVX2 static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  EPIFUSE_AVX2 static F max(F a, F b) { return _mm256_max_ps(a, b); }
+  EPIFUSE_AVX2 static F min(F a, F b) { return _mm256_min_ps(a, b); }
+  EPIFUSE_AVX2 static F where_negative(F x, F a) {
+    return _mm256_blendv_ps(x, a, _mm256_cmp_ps(x, zero(), _CMP_LT_OQ));
+  }
+  EPIFUSE_AVX2 static F sigmoid(F x) { return simd::sigmoid8(x); }
+  EPIFUSE_AVX2 static F silu(F x) { return simd::silu8(x); }
+};
 
 }  // namespace simd
 }  // namespace epifuse

@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
 
@@ -38,10 +36,7 @@ float* aligned(std::vector<float>& storage, int64_t n) {
   return reinterpret_cast<float*>(round_up(static_cast<int64_t>(address), 64));
 }
 
-// The GEMM register tile: `rows` tiles x `vectors` vectors of output channels of accumulators.
-struct GemmShape {
-  int rows, vectors;
-};
+using simd::GemmShape;
 
 struct Geometry {
   Geometry(const ConvProblem& p, int64_t lanes, GemmShape (*gemm_shape)(int64_t k_vectors))
@@ -94,39 +89,9 @@ using GemmTile = void (*)(const float*, int64_t, const float*, int64_t, float*, 
 
 namespace avx512 {
 
-struct Vec {
-  using F = __m512;
-  using Mask = __mmask16;
-  static constexpr int64_t kLanes = 16;
-#define EPIFUSE_WINOGRAD_TARGET __attribute__((target("avx512f")))
-  EPIFUSE_WINOGRAD_TARGET static Mask tail(int64_t n) {  // the first min(n, 16) lanes
-    return n >= kLanes ? static_cast<Mask>(0xFFFF) : static_cast<Mask>((1u << n) - 1);
-  }
-  EPIFUSE_WINOGRAD_TARGET static F zero() { return _mm512_setzero_ps(); }
-  EPIFUSE_WINOGRAD_TARGET static F set1(float a) { return _mm512_set1_ps(a); }
-  EPIFUSE_WINOGRAD_TARGET static F load(const float* p) { return _mm512_load_ps(p); }  // 64-byte aligned
-  EPIFUSE_WINOGRAD_TARGET static F load_masked(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
-  EPIFUSE_WINOGRAD_TARGET static void store(float* p, F a) { _mm512_store_ps(p, a); }
-  EPIFUSE_WINOGRAD_TARGET static void store_masked(float* p, Mask m, F a) { _mm512_mask_storeu_ps(p, m, a); }
-  EPIFUSE_WINOGRAD_TARGET static F add(F a, F b) { return _mm512_add_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
-  EPIFUSE_WINOGRAD_TARGET static F max(F a, F b) { return _mm512_max_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F min(F a, F b) { return _mm512_min_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F where_negative(F x, F a) {  // a where x < 0, else x
-    return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, zero(), _CMP_LT_OQ), a);
-  }
-  EPIFUSE_WINOGRAD_TARGET static F sigmoid(F x) { return simd::sigmoid16(x); }
-  EPIFUSE_WINOGRAD_TARGET static F silu(F x) { return simd::silu16(x); }
-};
+using Vec = simd::Avx512;
+#define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512
 
-// Register tiles of at most 25 of the 32 zmm accumulators, the rest for the filter vectors and the
-// broadcast input; wider layers in column blocks of 4 vectors, the last narrower.
-GemmShape gemm_shape(int64_t k_vectors) {
-  static const GemmShape shapes[] = {{14, 1}, {12, 2}, {8, 3}, {6, 4}, {5, 5}};
-  return k_vectors <= 5 ? shapes[k_vectors - 1] : GemmShape{6, 4};
-}
 GemmTile gemm_tile_for(GemmShape s);
 #include "winograd_kernels.inc"
 GemmTile gemm_tile_for(GemmShape s) {
@@ -141,62 +106,25 @@ GemmTile gemm_tile_for(GemmShape s) {
     default: return gemm_tile<6, 4>;
   }
 }
-#undef EPIFUSE_WINOGRAD_TARGET
+#undef EPIFUSE_VECTOR_TARGET
 
 }  // namespace avx512
 
 namespace avx2 {
 
-struct Vec {
-  using F = __m256;
-  using Mask = __m256i;
-  static constexpr int64_t kLanes = 8;
-#define EPIFUSE_WINOGRAD_TARGET __attribute__((target("avx2,fma")))
-  EPIFUSE_WINOGRAD_TARGET static Mask tail(int64_t n) {  // lane j on where j < n
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, kLanes))),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  }
-  EPIFUSE_WINOGRAD_TARGET static F zero() { return _mm256_setzero_ps(); }
-  EPIFUSE_WINOGRAD_TARGET static F set1(float a) { return _mm256_set1_ps(a); }
-  EPIFUSE_WINOGRAD_TARGET static F load(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
-  EPIFUSE_WINOGRAD_TARGET static F load_masked(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
-  EPIFUSE_WINOGRAD_TARGET static void store(float* p, F a) { _mm256_store_ps(p, a); }
-  EPIFUSE_WINOGRAD_TARGET static void store_masked(float* p, Mask m, F a) { _mm256_maskstore_ps(p, m, a); }
-  EPIFUSE_WINOGRAD_TARGET static F add(F a, F b) { return _mm256_add_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
-  EPIFUSE_WINOGRAD_TARGET static F max(F a, F b) { return _mm256_max_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F min(F a, F b) { return _mm256_min_ps(a, b); }
-  EPIFUSE_WINOGRAD_TARGET static F where_negative(F x, F a) {
-    return _mm256_blendv_ps(x, a, _mm256_cmp_ps(x, zero(), _CMP_LT_OQ));
-  }
-  EPIFUSE_WINOGRAD_TARGET static F sigmoid(F x) { return simd::sigmoid8(x); }
-  EPIFUSE_WINOGRAD_TARGET static F silu(F x) { return simd::silu8(x); }
-};
+using Vec = simd::Avx2;
+#define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX2
 
-// 16 ymm registers: 6 rows x 2 vectors of accumulators (MLAS's AVX2 SGEMM tile), a last odd vector 6 x 1.
-GemmShape gemm_shape(int64_t) { return {6, 2}; }
 GemmTile gemm_tile_for(GemmShape s);
 #include "winograd_kernels.inc"
 GemmTile gemm_tile_for(GemmShape s) { return s.vectors == 1 ? gemm_tile<6, 1> : gemm_tile<6, 2>; }
-#undef EPIFUSE_WINOGRAD_TARGET
+#undef EPIFUSE_VECTOR_TARGET
 
 }  // namespace avx2
 
-// The widest vector ISA this CPU has, capped by EPIFUSE_CPU_ISA=avx2 (to run the AVX2 kernel on an
-// AVX-512 CPU, for tests and comparisons).
-WinogradIsa best_isa() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const char* cap = std::getenv("EPIFUSE_CPU_ISA");
-  if (avx512 && !(cap && std::strcmp(cap, "avx2") == 0)) return WinogradIsa::kAvx512;
-  return avx2 ? WinogradIsa::kAvx2 : WinogradIsa::kNone;
-}
-
-Geometry geometry(const ConvProblem& p, WinogradIsa isa) {
-  return isa == WinogradIsa::kAvx512 ? Geometry(p, avx512::Vec::kLanes, avx512::gemm_shape)
-                                     : Geometry(p, avx2::Vec::kLanes, avx2::gemm_shape);
+Geometry geometry(const ConvProblem& p, VectorIsa isa) {
+  return isa == VectorIsa::kAvx512 ? Geometry(p, simd::Avx512::kLanes, simd::Avx512::gemm_shape)
+                                     : Geometry(p, simd::Avx2::kLanes, simd::Avx2::gemm_shape);
 }
 
 }  // namespace
@@ -206,16 +134,20 @@ struct WinogradConv::Filters {
   const float* u = nullptr;  // U[16][Cp][Kp], 64-byte aligned inside storage
 };
 
-WinogradConv::WinogradConv() : isa_(best_isa()) {}
+WinogradConv::WinogradConv() : isa_(best_vector_isa()) {}
 
 bool WinogradConv::supports(const ConvProblem& p) const {
   const ConvAttributes& a = p.attr;
   return p.dtype == DType::kFloat && p.R == 3 && p.S == 3 && a.stride_h == 1 && a.stride_w == 1 &&
-         a.dil_h == 1 && a.dil_w == 1 && a.group == 1 && p.C > 0 && p.K > 0 && isa_ != WinogradIsa::kNone;
+         a.dil_h == 1 && a.dil_w == 1 && a.group == 1 && p.C > 0 && p.K > 0 && isa_ != VectorIsa::kNone;
 }
 
-std::string WinogradConv::name() const {
-  return isa_ == WinogradIsa::kAvx512 ? "winograd F(2x2,3x3) avx512" : "winograd F(2x2,3x3) avx2";
+std::string WinogradConv::name() const { return std::string("winograd F(2x2,3x3) ") + isa_name(isa_); }
+
+void WinogradConv::release_filters() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  filters_.reset();
+  filters_source_ = nullptr;
 }
 
 Status WinogradConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
@@ -243,7 +175,7 @@ Status WinogradConv::run(const ConvProblem& p, const float* x, const float* w, b
     }
   }
   const float* u = filters->u;
-  const auto run_block = isa_ == WinogradIsa::kAvx512 ? avx512::run_block : avx2::run_block;
+  const auto run_block = isa_ == VectorIsa::kAvx512 ? avx512::run_block : avx2::run_block;
 
   std::mutex error_mutex;
   std::string error;

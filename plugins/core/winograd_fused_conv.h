@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "conv_problem.h"
+#include "cpu_isa.h"
 #include "parallel.h"
 #include "status.h"
 
@@ -25,8 +26,6 @@ namespace epifuse {
 
 // One per node, safe to run from several threads at once; the transformed constant filters are
 // kept between calls.
-enum class WinogradIsa { kNone, kAvx2, kAvx512 };
-
 class WinogradConv {
  public:
   WinogradConv();  // on the widest ISA of this CPU (EPIFUSE_CPU_ISA=avx2 caps it at AVX2)
@@ -42,9 +41,12 @@ class WinogradConv {
   Status run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
              const float* z, float* y, const ParallelFor& parallel_for);
 
+  // Drops the transform of constant filters (a later run makes it again).
+  void release_filters();
+
  private:
   struct Filters;  // the filters transformed
-  WinogradIsa isa_;
+  VectorIsa isa_;
   std::mutex mutex_;
   std::shared_ptr<const Filters> filters_;  // of the constant filters, made at the first call
   const float* filters_source_ = nullptr;
