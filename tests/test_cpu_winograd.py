@@ -160,3 +160,44 @@ def test_ort_filters_that_change_between_runs(monkeypatch):
         w = (np.random.default_rng(seed).standard_normal((32, 3, 3, 16)) / 12).astype(np.float32)
         y = session.run(None, {"x": x, "w": w})[0]
         assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="relu")) <= TOL
+
+
+def test_ort_concurrent_first_runs(monkeypatch):
+    """Runs from several threads at once, from the very first (which times Winograd against oneDNN and
+    keeps the filters of whichever wins): each gets its own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.delenv("EPIFUSE_CPU_KERNEL", raising=False)
+    shape = (1, 24, 24, 32, 32, 3, 3)
+    _, w, b, _ = conv_inputs(np.float32, shape)
+    b[:] = 0
+    session = ort.InferenceSession(_fused_conv_model(shape, weights=w, pads=[1, 1, 1, 1], activation="silu")
+                                   .SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+    inputs = [np.random.default_rng(seed).standard_normal((1, 24, 24, 32)).astype(np.float32) for seed in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        outputs = list(pool.map(lambda x: session.run(None, {"x": x})[0], inputs))
+    for x, y in zip(inputs, outputs):
+        assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="silu")) <= TOL
+
+
+def test_unknown_kernel_is_refused():
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        registry.cpu_kernel_name(_desc((1, 8, 8, 16, 16, 3, 3), pads=(1, 1, 1, 1)), "fastest")
+
+
+@pytest.mark.parametrize("kernel", ["winograd", "onednn"])
+@pytest.mark.parametrize("name", ["yolo_tiny", "resnet_tiny", "act_zoo"])
+def test_zoo_models_verify_on_each_kernel(name, kernel, monkeypatch):
+    """Whole optimized models against ORT on the original, with every 3x3 stride-1 conv on the one kernel
+    and then on the other (auto picks per shape by time, so either may run a layer)."""
+    from models import zoo
+    from optimizer.passes.load import validate
+    from optimizer.pipeline import FusionPolicy, optimize_model
+    from optimizer.verify import verify
+
+    monkeypatch.setenv("EPIFUSE_CPU_KERNEL", kernel)
+    original = validate(zoo.build(name))
+    optimized, _ = optimize_model(original, precision="fp32", target="ort-cpu", policy=FusionPolicy(mode="always"))
+    assert not any(n.op_type == "Conv" for n in optimized.graph.node)
+    result = verify(original, optimized, precision="fp32")
+    assert result["passed"] and result["worst_rel_l2"] <= TOL, result
