@@ -13,6 +13,7 @@ threads (2 cores x 16 a cycle x 3.7 GHz for the 2-core Zen 4 of docs/bench-cpu.m
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -68,6 +69,9 @@ def _fused_model(h, c, k, r, activation, w, b) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
 
 
+_SESSION_NUMBERS = itertools.count()
+
+
 def _session(model: onnx.ModelProto, kernel: str | None, work: Path) -> ort.InferenceSession:
     """A profiling session; `kernel` sets EPIFUSE_CPU_KERNEL, read when the session creates its kernels."""
     if kernel:
@@ -75,7 +79,7 @@ def _session(model: onnx.ModelProto, kernel: str | None, work: Path) -> ort.Infe
     try:
         so = session_options(allow_spinning=False)  # an idle session's spinning pool would take a core
         so.enable_profiling = True
-        so.profile_file_prefix = str(work / "layer")
+        so.profile_file_prefix = str(work / f"session{next(_SESSION_NUMBERS)}")  # a file each: names carry ms only
         return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     finally:
         os.environ.pop("EPIFUSE_CPU_KERNEL", None)
