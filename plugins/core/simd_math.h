@@ -120,20 +120,34 @@ struct Avx512 {
 
 struct Avx2 {
   using F = __m256;
-  using Mask = __m256i;
+  // vmaskmovps is slow on AMD cores (a masked store is microcoded on Zen 3 and 4), so the mask also says
+  // whether every lane is on, and a whole vector takes the plain load or store.
+  struct Mask {
+    __m256i lanes;
+    bool all;
+  };
   static constexpr int64_t kLanes = 8;
   // 16 ymm registers: 6 rows x 2 vectors (MLAS's AVX2 SGEMM tile), a last odd vector 6 x 1.
   static GemmShape gemm_shape(int64_t) { return {6, 2}; }
   EPIFUSE_AVX2 static Mask tail(int64_t n) {  // lane j on where j < n
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, kLanes))),
-                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return {_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(n, kLanes))),
+                               _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+            n >= kLanes};
   }
   EPIFUSE_AVX2 static F zero() { return _mm256_setzero_ps(); }
   EPIFUSE_AVX2 static F set1(float a) { return _mm256_set1_ps(a); }
   EPIFUSE_AVX2 static F load(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
-  EPIFUSE_AVX2 static F load_masked(Mask m, const float* p) { return _mm256_maskload_ps(p, m); }
+  EPIFUSE_AVX2 static F load_masked(Mask m, const float* p) {
+    return m.all ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m.lanes);
+  }
   EPIFUSE_AVX2 static void store(float* p, F a) { _mm256_store_ps(p, a); }
-  EPIFUSE_AVX2 static void store_masked(float* p, Mask m, F a) { _mm256_maskstore_ps(p, m, a); }
+  EPIFUSE_AVX2 static void store_masked(float* p, Mask m, F a) {
+    if (m.all) {
+      _mm256_storeu_ps(p, a);
+    } else {
+      _mm256_maskstore_ps(p, m.lanes, a);
+    }
+  }
   EPIFUSE_AVX2 static F add(F a, F b) { return _mm256_add_ps(a, b); }
   EPIFUSE_AVX2 static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   EPIFUSE_AVX2 static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
