@@ -38,6 +38,8 @@ def isa(request, monkeypatch):
         pytest.skip("no AVX-512F on this CPU")
     if request.param == "avx2":
         monkeypatch.setenv("EPIFUSE_CPU_ISA", "avx2")
+    else:
+        monkeypatch.delenv("EPIFUSE_CPU_ISA", raising=False)
     return request.param
 
 
