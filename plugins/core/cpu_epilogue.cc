@@ -1,5 +1,6 @@
 #include "cpu_epilogue.h"
 
+#include "cpu_isa.h"
 #include "simd_math.h"
 
 namespace epifuse {
@@ -7,16 +8,6 @@ namespace {
 
 using simd::silu16;
 using simd::silu8;
-
-bool has_avx512f() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
-
-bool has_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
 
 __attribute__((target("avx512f"))) void silu_pass(float* y, const float* z, int64_t n) {
   int64_t i = 0;
@@ -52,12 +43,13 @@ __attribute__((target("avx2,fma"))) void silu_pass_avx2(float* y, const float* z
 }  // namespace
 
 bool activation_in_pass(DType dtype, const ConvAttributes& a) {
-  return dtype == DType::kFloat && a.activation.kind == ActivationKind::kSilu && (has_avx512f() || has_avx2_fma());
+  return dtype == DType::kFloat && a.activation.kind == ActivationKind::kSilu &&
+         (cpu_has_avx512f() || cpu_has_avx2_fma());
 }
 
 void activation_pass(const ConvAttributes& a, float* y, const float* z, int64_t n) {
   if (a.activation.kind != ActivationKind::kSilu) return;
-  if (has_avx512f()) {
+  if (cpu_has_avx512f()) {
     silu_pass(y, z, n);
   } else {
     silu_pass_avx2(y, z, n);

@@ -1,4 +1,4 @@
-// Which vector ISA the hand-written CPU kernels (Winograd, pointwise GEMM) run on.
+// Which vector ISA the CPU's hand-written code (the Winograd kernel, the SiLU pass) runs on.
 #pragma once
 #include <cstdlib>
 #include <cstring>
@@ -7,14 +7,22 @@ namespace epifuse {
 
 enum class VectorIsa { kNone, kAvx2, kAvx512 };
 
+// What the CPU has, asked once.
+inline bool cpu_has_avx512f() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+inline bool cpu_has_avx2_fma() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return yes;
+}
+
 // The widest this CPU has (AVX-512F; AVX2 with FMA), capped by EPIFUSE_CPU_ISA=avx2 (to run the AVX2
 // kernels on an AVX-512 CPU, for tests and comparisons).
 inline VectorIsa best_vector_isa() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const char* cap = std::getenv("EPIFUSE_CPU_ISA");
-  if (avx512 && !(cap && std::strcmp(cap, "avx2") == 0)) return VectorIsa::kAvx512;
-  return avx2 ? VectorIsa::kAvx2 : VectorIsa::kNone;
+  if (cpu_has_avx512f() && !(cap && std::strcmp(cap, "avx2") == 0)) return VectorIsa::kAvx512;
+  return cpu_has_avx2_fma() ? VectorIsa::kAvx2 : VectorIsa::kNone;
 }
 
 inline const char* isa_name(VectorIsa isa) {

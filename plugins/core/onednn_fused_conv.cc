@@ -11,7 +11,6 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -37,13 +36,6 @@ using DataType = memory::data_type;
 constexpr int64_t kMinMacsToSplit = 1 << 18;
 // How many of oneDNN's implementations for a problem are timed before the first run.
 constexpr size_t kTimedImplementations = 3;
-
-// std::thread::hardware_concurrency() reads /sys on every call (glibc's get_nprocs): tens of
-// microseconds, as long as a small layer's convolution. Read once.
-int64_t hardware_threads() {
-  static const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
-  return threads;
-}
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);

@@ -8,8 +8,13 @@
 
 namespace epifuse {
 
+int64_t hardware_threads() {
+  static const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+  return threads;
+}
+
 void parallel_for_threads(int64_t n, const std::function<void(int64_t)>& body) {
-  const int64_t threads = std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t threads = std::min(n, hardware_threads());
   std::atomic<int64_t> next{0};
   auto worker = [&] {
     for (int64_t i = next++; i < n; i = next++) body(i);

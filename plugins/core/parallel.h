@@ -11,6 +11,10 @@ namespace epifuse {
 // `body` must not throw.
 using ParallelFor = std::function<void(int64_t n, const std::function<void(int64_t)>& body)>;
 
+// The machine's hardware threads, at least 1, read once: std::thread::hardware_concurrency() reads
+// /sys on every call (glibc's get_nprocs), tens of microseconds, as long as a small layer's convolution.
+int64_t hardware_threads();
+
 // One std::thread per hardware thread (the caller's thread included) pulling indices in turn.
 void parallel_for_threads(int64_t n, const std::function<void(int64_t)>& body);
 

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <functional>
 #include <new>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -45,12 +44,6 @@ struct Geometry {
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Read once: hardware_concurrency() reads /sys on every call.
-int64_t hardware_threads() {
-  static const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
-  return threads;
-}
 
 float* scratch(std::vector<float>& buf, int64_t n) {
   if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <thread>
 
 #include "activation.h"
 #include "simd_math.h"
@@ -22,11 +21,6 @@ constexpr int64_t kBlockBytes = 192 * 1024;
 constexpr int64_t kBlocksPerThread = 4;
 
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
-
-int64_t hardware_threads() {  // read once: hardware_concurrency() reads /sys on every call
-  static const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
-  return threads;
-}
 
 // A 64-byte-aligned view into a vector of floats, so that every row of Cp or Kp floats starts a
 // cache line (AVX-512) or half of one (AVX2).
