@@ -95,6 +95,15 @@ def sm90_manifest() -> list[dict]:
     return [{**e, "kind": e["macro"].split("_")[1]} for e in kernel_manifest("sm90")]
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
+
+
 def conv_inputs(dtype, shape, group=1, residual="none", seed=0, **attrs):
     """Random X [N,H,W,C], W [K,R,S,C/group] (scaled to unit output variance), B [K] and, for a residual,
     Z [N,P,Q,K] in `dtype`, for shape (N, H, W, C, K, R, S) and the op's attributes."""

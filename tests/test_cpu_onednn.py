@@ -1,7 +1,8 @@
 """The CPU FusedConv on oneDNN, through the core C ABI and through ONNX Runtime: every activation and
 residual mode and dtype against a float64 numpy reference, the ways the work is cut into chunks
 (row pieces of one image, groups of whole images, strided convs whose last rows are never read),
-and filters that are or are not constant between runs. oneDNN is selected by name: "auto" may run
+and filters that are or are not constant between runs (for oneDNN and the Winograd kernel, both of
+which keep a copy of constant filters). oneDNN is selected by name: "auto" may run
 3x3 stride-1 fp32 problems on the Winograd kernel (test_cpu_winograd.py)."""
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from onnx import TensorProto, helper
 
 from conv_reference import fused_conv, output_size, rel_l2
 from optimizer import registry
-from tests.helpers import conv_inputs
+from tests.helpers import conv_inputs, cpu_flags
 from optimizer.contract import ACTIVATIONS
 from optimizer.registry import ConvDesc
 from optimizer.runtime import session_options
@@ -127,19 +128,27 @@ def _fused_conv_model(shape, *, weights: np.ndarray | None, dtype=np.float32, **
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
 
 
-def _session(model, monkeypatch):
-    monkeypatch.setenv("EPIFUSE_CPU_KERNEL", "onednn")  # read when the session creates its kernels
+def _session(model, monkeypatch, kernel):
+    monkeypatch.setenv("EPIFUSE_CPU_KERNEL", kernel)  # read when the session creates its kernels
     return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
 
 
-@needs_onednn
-def test_ort_constant_filters_across_runs_and_batches(monkeypatch):
-    """The filters reordered at the first run serve later runs, of other batch sizes too."""
+# Each kernel that keeps a copy of constant filters (oneDNN's reorder, Winograd's transform).
+FILTER_KEEPING_KERNELS = [
+    pytest.param("onednn", marks=needs_onednn),
+    pytest.param("winograd", marks=pytest.mark.skipif(not {"avx2", "fma"} <= cpu_flags(),
+                                                      reason="the Winograd kernel needs AVX2 and FMA")),
+]
+
+
+@pytest.mark.parametrize("kernel", FILTER_KEEPING_KERNELS)
+def test_ort_constant_filters_across_runs_and_batches(monkeypatch, kernel):
+    """The filters reordered or transformed at the first run serve later runs, of other batch sizes too."""
     shape = (1, 20, 20, 16, 32, 3, 3)
     attrs = dict(pads=[1, 1, 1, 1], activation="silu")
     _, w, b, _ = conv_inputs(np.float32, shape)
     b[:] = 0
-    session = _session(_fused_conv_model(shape, weights=w, **attrs), monkeypatch)
+    session = _session(_fused_conv_model(shape, weights=w, **attrs), monkeypatch, kernel)
     rng = np.random.default_rng(1)
     for n in (1, 3, 1, 2):
         x = rng.standard_normal((n, 20, 20, 16)).astype(np.float32)
@@ -147,11 +156,12 @@ def test_ort_constant_filters_across_runs_and_batches(monkeypatch):
         assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="silu")) <= TOL[np.float32]
 
 
-@needs_onednn
-def test_ort_filters_that_change_between_runs(monkeypatch):
-    """W as a graph input: each run reorders the filters it is given, never a copy of earlier ones."""
+@pytest.mark.parametrize("kernel", FILTER_KEEPING_KERNELS)
+def test_ort_filters_that_change_between_runs(monkeypatch, kernel):
+    """W as a graph input: each run reorders or transforms the filters it is given, never a copy of earlier ones."""
     shape = (1, 20, 20, 16, 32, 3, 3)
-    session = _session(_fused_conv_model(shape, weights=None, pads=[1, 1, 1, 1], activation="relu"), monkeypatch)
+    session = _session(_fused_conv_model(shape, weights=None, pads=[1, 1, 1, 1], activation="relu"), monkeypatch,
+                       kernel)
     x = np.random.default_rng(2).standard_normal((2, 20, 20, 16)).astype(np.float32)
     b = np.zeros(32, np.float32)
     for seed in (3, 4):
@@ -160,13 +170,8 @@ def test_ort_filters_that_change_between_runs(monkeypatch):
         assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="relu")) <= TOL[np.float32]
 
 
-def _cpu_flags() -> set[str]:
-    with open("/proc/cpuinfo") as f:
-        return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
-
-
 def _silu_pass_isa() -> bool:
-    flags = _cpu_flags()
+    flags = cpu_flags()
     return "avx512f" in flags or {"avx2", "fma"} <= flags
 
 

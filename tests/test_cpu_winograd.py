@@ -1,8 +1,9 @@
 """The CPU FusedConv's Winograd F(2x2, 3x3) kernel (fp32, 3x3 stride 1; AVX-512 and AVX2, each where the
 CPU has it), through the core C ABI and through ONNX Runtime, against a float64 numpy reference: every
 activation and residual mode, tile grids with odd and tiny maps, every padding, channel counts that
-leave partial vectors and several GEMM column blocks, batches, filters constant or changing between
-runs; and where it does not apply, the problem goes to the other kernels."""
+leave partial vectors and several GEMM column blocks, batches, concurrent first runs; and where it does
+not apply, the problem goes to the other kernels. Filters constant or changing between runs:
+test_cpu_onednn.py, for each kernel that keeps a copy of them."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,19 +15,11 @@ from optimizer import registry
 from optimizer.contract import ACTIVATIONS
 from optimizer.registry import ConvDesc
 from optimizer.runtime import session_options
-from tests.helpers import conv_inputs
+from tests.helpers import conv_inputs, cpu_flags
 from tests.test_cpu_onednn import PARAMS, _fused_conv_model
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
-    except OSError:
-        return set()
-
-
-FLAGS = _cpu_flags()
+FLAGS = cpu_flags()
 pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= FLAGS, reason="the Winograd kernel needs AVX2 and FMA")
 TOL = 1e-5  # fp32, as for every CPU kernel
 
@@ -131,37 +124,6 @@ def test_auto_runs_the_faster_kernel_correctly():
     assert name.startswith("winograd F(2x2,3x3) ") or name.startswith("onednn "), name
     x, w, b, z = conv_inputs(np.float32, shape, **attrs)
     assert rel_l2(registry.cpu_fused_conv(x, w, b, z, **attrs), _reference(x, w, b, z, **attrs)) <= TOL
-
-
-def _session(model, monkeypatch):
-    monkeypatch.setenv("EPIFUSE_CPU_KERNEL", "winograd")  # read when the session creates its kernels
-    return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
-
-
-def test_ort_constant_filters_across_runs_and_batches(monkeypatch):
-    """The filters transformed at the first run serve later runs, of other batch sizes too."""
-    shape = (1, 20, 20, 16, 32, 3, 3)
-    attrs = dict(pads=[1, 1, 1, 1], activation="silu")
-    _, w, b, _ = conv_inputs(np.float32, shape)
-    b[:] = 0
-    session = _session(_fused_conv_model(shape, weights=w, **attrs), monkeypatch)
-    rng = np.random.default_rng(1)
-    for n in (1, 3, 1, 2):
-        x = rng.standard_normal((n, 20, 20, 16)).astype(np.float32)
-        y = session.run(None, {"x": x})[0]
-        assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="silu")) <= TOL
-
-
-def test_ort_filters_that_change_between_runs(monkeypatch):
-    """W as a graph input: each run transforms the filters it is given, never a copy of earlier ones."""
-    shape = (1, 20, 20, 16, 32, 3, 3)
-    session = _session(_fused_conv_model(shape, weights=None, pads=[1, 1, 1, 1], activation="relu"), monkeypatch)
-    x = np.random.default_rng(2).standard_normal((2, 20, 20, 16)).astype(np.float32)
-    b = np.zeros(32, np.float32)
-    for seed in (3, 4):
-        w = (np.random.default_rng(seed).standard_normal((32, 3, 3, 16)) / 12).astype(np.float32)
-        y = session.run(None, {"x": x, "w": w})[0]
-        assert rel_l2(y, _reference(x, w, b, None, pads=(1, 1, 1, 1), activation="relu")) <= TOL
 
 
 def test_ort_concurrent_first_runs(monkeypatch):
