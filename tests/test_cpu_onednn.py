@@ -55,19 +55,23 @@ def _kernel(dtype, shape, kernel="onednn", **attrs) -> str:
 
 # N=1, 24x24x16 -> 16, 3x3: enough work to be cut into row pieces on a machine of two or more threads.
 ACT_SHAPE = (1, 24, 24, 16, 16, 3, 3)
+# 7 output rows, which two threads would share 4 + 3: cut into pieces of output channels instead,
+# each computed into a buffer (z's channels copied in) and copied out.
+CHANNEL_PIECES_SHAPE = (1, 7, 7, 32, 64, 3, 3)
 
 
 @needs_onednn
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=["fp32", "fp16", "bf16"])
 @pytest.mark.parametrize("residual", ["none", "pre", "post"])
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-def test_every_activation_and_residual(activation, residual, dtype):
+@pytest.mark.parametrize("shape", [ACT_SHAPE, CHANNEL_PIECES_SHAPE], ids=["row_pieces", "channel_pieces"])
+def test_every_activation_and_residual(activation, residual, dtype, shape):
     attrs = dict(pads=(1, 1, 1, 1), activation=activation, activation_params=PARAMS.get(activation, ()),
                  residual=residual)
-    x, w, b, z = conv_inputs(dtype, ACT_SHAPE, **attrs)
+    x, w, b, z = conv_inputs(dtype, shape, **attrs)
     y = registry.cpu_fused_conv(x, w, b, z, kernel="onednn", **attrs)
     assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[dtype]
-    kernel = _kernel(dtype, ACT_SHAPE, **attrs)
+    kernel = _kernel(dtype, shape, **attrs)
     if dtype == np.float32:
         assert kernel.startswith("onednn "), kernel  # fp32 never falls back on an x86-64 CPU
     else:  # oneDNN where the CPU computes the 16-bit type natively, the reference kernel elsewhere
@@ -91,6 +95,13 @@ GEOMETRY = {
     # SiLU as cpu_epilogue's pass: row pieces of 5-channel rows, no multiple of 16 floats, the residual after it
     "silu_pass_tails_and_residual": ((1, 13, 7, 16, 5, 3, 3), dict(pads=(1, 1, 1, 1), activation="silu",
                                                                    residual="post")),
+    # one output row: output-channel pieces; stride 2 reads 3 of 4 input rows
+    "channel_pieces_one_row": ((1, 1, 9, 48, 96, 3, 3), dict(pads=(1, 1, 1, 1), residual="pre", activation="relu")),
+    "channel_pieces_stride2": ((1, 14, 14, 64, 128, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1),
+                                                                 activation="silu", residual="post")),
+    # 1x1, unit stride, no padding: one GEMM over all the pixels of every image, cut evenly
+    "pixel_pieces_batch3_7x7": ((3, 7, 7, 64, 48, 1, 1), dict(activation="silu", residual="post")),
+    "pixel_pieces_grouped": ((1, 7, 7, 64, 64, 1, 1), dict(group=4, residual="pre", activation="relu")),
 }
 
 
