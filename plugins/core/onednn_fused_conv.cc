@@ -238,7 +238,8 @@ double seconds(const ConvPd& pd, const ConvProblem& p) {
     args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(p.attr)) | DNNL_ARG_SRC_1,
                  memory(pd.dst_desc(), engine));
   }
-  for (auto& [arg, m] : args) std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
+  for (auto& [arg, m] : args)
+    if (m.get_desc().get_size() != 0) std::memset(m.get_data_handle(), 0, m.get_desc().get_size());
   dnnl::convolution_forward conv(pd);
   dnnl::stream stream(engine);
   double best = 1e30;
