@@ -29,7 +29,7 @@ from optimizer import __version__, registry
 from optimizer.measure import _cpu_name
 from optimizer.runtime import session_options
 
-# (name, H, C, K, kernel size, activation): YOLOv8n's (640x640 input) and ResNet-50's (224) layers
+# (name, H, C, K, kernel size, activation): YOLOv8n's (640x640 input), ResNet-50's and EfficientNet-B0's (224)
 LAYERS = [
     ("yolov8n C2f 3x3 @160", 160, 16, 16, 3, "silu"),
     ("yolov8n C2f 3x3 @80", 80, 32, 32, 3, "silu"),
@@ -43,6 +43,7 @@ LAYERS = [
     ("resnet50 layer4 3x3", 7, 512, 512, 3, "relu"),
     ("yolov8n C2f 1x1 @160", 160, 48, 32, 1, "silu"),
     ("resnet50 layer1 1x1 expand", 56, 64, 256, 1, "relu"),
+    ("efficientnet-b0 1x1 expand @7", 7, 192, 1152, 1, "silu"),
 ]
 
 
