@@ -60,6 +60,10 @@ MODEL_CHECK_FLOOR = {"ort-cpu": 1.0, "ort-cuda": 0.98}
 # check also runs the model with these fused and keeps it where it is faster by MODEL_CHECK_GAIN.
 NEAR_MISS = 1.25
 MODEL_CHECK_GAIN = 1.01
+# Where a model passes by less than this over the floor, the check runs again and both must pass: on a
+# small shared CPU a model at 0.97-0.99x passed a single check (median 1.004x, interquartile 0.975-1.041x)
+# about one time in four.
+MODEL_CHECK_CONFIRM = {"ort-cpu": 0.03, "ort-cuda": 0.0}
 
 
 @dataclass
@@ -403,12 +407,15 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
             """Why `model` is slower than the original ("" where it is not), None where it cannot run."""
             try:
                 for batch in batches:
-                    # the reference is already in `precision`: compared as it is
-                    r = check(reference, model, backend=target, batch=batch, precision="fp32",
-                              rounds=MODEL_CHECK_ROUNDS)
-                    report.notes.append(_speedup_note(what, r))
-                    if r["slower"] or r["speedup"] < floor:
-                        return f"{what} ran {r['speedup']:.3f}x the original's speed at batch {r['batch']}"
+                    for attempt in range(2):
+                        # the reference is already in `precision`: compared as it is
+                        r = check(reference, model, backend=target, batch=batch, precision="fp32",
+                                  rounds=MODEL_CHECK_ROUNDS)
+                        report.notes.append(_speedup_note(what if attempt == 0 else f"{what}, again", r))
+                        if r["slower"] or r["speedup"] < floor:
+                            return f"{what} ran {r['speedup']:.3f}x the original's speed at batch {r['batch']}"
+                        if r["speedup"] >= floor + MODEL_CHECK_CONFIRM[target]:
+                            break
                 return ""
             except Exception as e:  # noqa: BLE001 (ONNX Runtime refusing a session: the measured decisions stand)
                 report.notes.append(f"whole-model check not run: {_first_line(e)}")
