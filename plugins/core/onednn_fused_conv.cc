@@ -36,9 +36,6 @@ using DataType = memory::data_type;
 
 // Below this many multiply-adds a chunked launch costs more than it saves.
 constexpr int64_t kMinMacsToSplit = 1 << 18;
-// A piece of a large layer has at least this many (about 50 us on one core); at most this many a thread.
-constexpr int64_t kMacsPerPiece = 3 << 20;
-constexpr int64_t kMaxPiecesPerThread = 4;
 // How many of oneDNN's implementations for a problem are timed before the first run.
 constexpr size_t kTimedImplementations = 3;
 
@@ -132,10 +129,7 @@ std::vector<Chunk> plan(const ConvProblem& p, int64_t threads) {
       chunks.push_back(c);
     }
   } else if (split && p.N < threads) {  // fewer images than threads: each image cut into row pieces
-    // Large layers in a few pieces per thread, which the threads take as each gets free: a thread the
-    // OS takes away for a while then holds up its piece, not half the layer.
-    const int64_t per_thread = std::clamp<int64_t>(macs / (threads * kMacsPerPiece), 1, kMaxPiecesPerThread);
-    const int64_t pieces = std::min(P, (threads * per_thread + p.N - 1) / p.N);
+    const int64_t pieces = std::min(P, (threads + p.N - 1) / p.N);
     const int64_t rows = (P + pieces - 1) / pieces;
     for (int64_t n = 0; n < p.N; ++n)
       for (int64_t p0 = 0; p0 < P; p0 += rows) chunks.push_back(rows_chunk(p, n, 1, p0, std::min(rows, P - p0)));

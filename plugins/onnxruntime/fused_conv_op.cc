@@ -37,13 +37,9 @@ struct FusedConvCpuKernel {
       if (s.ok()) {
         T* y = Y.Allocate({p.N, p.P(), p.Q(), p.K});
         const Ort::KernelContext ctx(context);
-        // One batch per item: ORT's threads then take the items one at a time as each gets free, where
-        // its default (as many batches as threads) would fix each thread's share up front, and a thread
-        // the OS takes away for a while (a busy host) would hold up the whole node.
         const epifuse::ParallelFor on_ort_threads = [&ctx](int64_t n, const std::function<void(int64_t)>& body) {
           ctx.ParallelFor([](void* fn, size_t i) { (*static_cast<const std::function<void(int64_t)>*>(fn))(i); },
-                          static_cast<size_t>(n), static_cast<size_t>(n),
-                          const_cast<std::function<void(int64_t)>*>(&body));
+                          static_cast<size_t>(n), 0, const_cast<std::function<void(int64_t)>*>(&body));
         };
         s = cpu_.run(p, X.DataRaw(), W.DataRaw(), w_constant_, B.DataRaw(), z ? z->DataRaw() : nullptr, y,
                      on_ort_threads);
