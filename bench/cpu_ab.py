@@ -1,0 +1,125 @@
+"""Two builds of the ONNX Runtime custom-op library (libepifuse_ort.so) against each other on single
+FusedConv layers, fp32, batch 1, in one process: one session per build and layer, run in alternating
+blocks with ORT's default (spinning) thread pools; the first runs of each block, while the other
+session's pool may still spin, are not counted. Also a chain of 50 small 1x1 FusedConvs, whose time
+per node is mostly the op's fixed cost. Prints a markdown table of wall times per run (medians).
+
+    python bench/cpu_ab.py --baseline OLD/optimizer/lib/libepifuse_ort.so [--candidate NEW.so] [--kernel onednn]
+
+--candidate defaults to the installed epifuse's library; --kernel sets EPIFUSE_CPU_KERNEL for both
+(unset: each build's own choice, which for 3x3 layers is itself a timing and may differ between runs).
+A baseline build: `git worktree add /tmp/base <commit> && pip install --no-deps --target /tmp/base-lib /tmp/base`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from optimizer.libraries import library_path
+
+# (name, H, C, K, kernel size, activation)
+LAYERS = [
+    ("resnet 3x3 @7", 7, 512, 512, 3, "relu"),
+    ("resnet 3x3 @14", 14, 256, 256, 3, "relu"),
+    ("resnet 1x1 2048->512 @7", 7, 2048, 512, 1, "relu"),
+    ("efficientnet 1x1 192->1152 @7", 7, 192, 1152, 1, "silu"),
+    ("efficientnet 1x1 1152->192 @7", 7, 1152, 192, 1, "relu"),
+    ("efficientnet 1x1 16->96 @112", 112, 16, 96, 1, "silu"),
+    ("yolov8n 1x1 48->32 @160", 160, 48, 32, 1, "silu"),
+    ("resnet 1x1 64->256 @56", 56, 64, 256, 1, "relu"),
+    ("one-row 3x3 320->256", 1, 320, 256, 3, "relu"),
+]
+CHAIN_NODES, CHAIN_CHANNELS = 50, 32
+
+
+def _model(nodes, inputs, outputs, initializers) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "ab", inputs, outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+
+
+def layer_model(h, c, k, r, activation, rng) -> onnx.ModelProto:
+    w = (rng.standard_normal((k, r, r, c)) / np.sqrt(c * r * r)).astype(np.float32)
+    b = rng.standard_normal(k).astype(np.float32)
+    node = helper.make_node("FusedConv", ["x", "w", "b"], ["y"], domain="epifuse", pads=[r // 2] * 4,
+                            activation=activation)
+    # "same" padding: the output is as large as the input
+    return _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, h, h, c])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, h, h, k])],
+                  [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+
+
+def chain_model(rng) -> onnx.ModelProto:
+    c, nodes, inits, x = CHAIN_CHANNELS, [], [], "x"
+    for i in range(CHAIN_NODES):
+        inits += [numpy_helper.from_array((rng.standard_normal((c, 1, 1, c)) * 0.1).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(np.zeros(c, np.float32), f"b{i}")]
+        nodes.append(helper.make_node("FusedConv", [x, f"w{i}", f"b{i}"], [f"y{i}"], domain="epifuse",
+                                      activation="relu"))
+        x = f"y{i}"
+    shape = [1, 1, 1, c]
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                  [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)], inits)
+
+
+def session(model: onnx.ModelProto, library: str) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(library)
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def compare(model: onnx.ModelProto, libraries: list[str], blocks: int, runs: int, skip: int) -> list[float]:
+    """Median wall time per run (µs) of each library's session, the outputs checked to agree."""
+    sessions = [session(model, lib) for lib in libraries]
+    name = sessions[0].get_inputs()[0].name
+    shape = [d if isinstance(d, int) else 1 for d in sessions[0].get_inputs()[0].shape]
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    outputs = [s.run(None, {name: x})[0] for s in sessions]
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
+    times: list[list[float]] = [[] for _ in sessions]
+    for _ in range(blocks):
+        for s, t in zip(sessions, times):
+            for i in range(runs):
+                start = time.perf_counter()
+                s.run(None, {name: x})
+                if i >= skip:
+                    t.append(time.perf_counter() - start)
+    return [float(np.median(t)) * 1e6 for t in times]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", required=True, help="the libepifuse_ort.so to compare against")
+    ap.add_argument("--candidate", default=None, help="default: the installed epifuse's library")
+    ap.add_argument("--kernel", choices=["auto", "onednn", "winograd", "reference"], default=None)
+    ap.add_argument("--blocks", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=60, help="runs per block, the first third not counted")
+    args = ap.parse_args()
+    if args.kernel:
+        os.environ["EPIFUSE_CPU_KERNEL"] = args.kernel  # read when a session creates its kernels
+    libraries = [args.baseline, args.candidate or str(library_path())]
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, h, c, k, r, activation in LAYERS:
+        base, cand = compare(layer_model(h, c, k, r, activation, rng), libraries, args.blocks, args.runs, args.runs // 3)
+        rows.append((name, f"{c}->{k} {r}x{r} @{h}x{h} {activation}", base, cand))
+        print(f"{name}: baseline {base:.1f} us, candidate {cand:.1f} us", flush=True)
+    base, cand = compare(chain_model(rng), libraries, args.blocks, args.runs, args.runs // 3)
+    rows.append((f"chain of {CHAIN_NODES} 1x1 (per node)", f"{CHAIN_CHANNELS}->{CHAIN_CHANNELS} 1x1 @1x1 relu",
+                 base / CHAIN_NODES, cand / CHAIN_NODES))
+    print(f"\nbaseline {libraries[0]}\ncandidate {libraries[1]}\nEPIFUSE_CPU_KERNEL={args.kernel or '(unset)'}, "
+          f"onnxruntime {ort.__version__}, {os.cpu_count()} threads\n")
+    print("| layer | shape | baseline µs | candidate µs | speed-up |")
+    print("|---|---|---:|---:|---:|")
+    for name, shape, base, cand in rows:
+        print(f"| {name} | {shape} | {base:.1f} | {cand:.1f} | {base / cand:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
