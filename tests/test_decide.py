@@ -565,7 +565,8 @@ def test_a_slower_model_keeps_the_fusions_on_its_smallest_tensors_where_those_ar
 
 
 class SecondOpinionCheck(FakeModelCheck):
-    """The fused model reads `first` at its first check and `then` at any later one."""
+    """A model with fusions reads `first` at the first check of one (the call is already in `calls` when
+    its speed-up is asked for) and `then` at every later one; the model with nothing fused reads 1.0."""
 
     def __init__(self, first: float, then: float):
         super().__init__(lambda ks, batch: (first if len([c for c in self.calls if c[0]]) == 1 else then)
