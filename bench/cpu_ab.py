@@ -21,6 +21,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from cpu_layers import _fused_model  # the same one-FusedConv micro-model as the layer table's
 from optimizer.libraries import library_path
 
 # (name, H, C, K, kernel size, activation)
@@ -44,14 +45,8 @@ def _model(nodes, inputs, outputs, initializers) -> onnx.ModelProto:
 
 
 def layer_model(h, c, k, r, activation, rng) -> onnx.ModelProto:
-    w = (rng.standard_normal((k, r, r, c)) / np.sqrt(c * r * r)).astype(np.float32)
-    b = rng.standard_normal(k).astype(np.float32)
-    node = helper.make_node("FusedConv", ["x", "w", "b"], ["y"], domain="epifuse", pads=[r // 2] * 4,
-                            activation=activation)
-    # "same" padding: the output is as large as the input
-    return _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, h, h, c])],
-                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, h, h, k])],
-                  [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    w = (rng.standard_normal((k, c, r, r)) / np.sqrt(c * r * r)).astype(np.float32)
+    return _fused_model(h, c, k, r, activation, w, rng.standard_normal(k).astype(np.float32))
 
 
 def chain_model(rng) -> onnx.ModelProto:
