@@ -29,6 +29,7 @@ from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
 from .passes.input_layout import input_layout
 from .passes.layout import layout
+from .passes.matmul_as_conv import matmul_as_conv
 from .passes.load import load_model, load_model_split, validate
 from .passes.nearest_upsample import nearest_upsample
 from .passes.nhwc_pools import nhwc_pools
@@ -497,6 +498,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         decider.costs.progress = progress  # minutes of measuring on a GPU: say which candidate is timed
     with _timed(report, "fc_as_conv", progress, free_memory, decider.costs):  # before fusion: its convs fuse
         graph = fc_as_conv(graph, report, target, decider, kernel_query)
+    with _timed(report, "matmul_as_conv", progress, free_memory, decider.costs):  # before fold_affine: a scale folds
+        graph = matmul_as_conv(graph, report, target, decider, kernel_query)
     with _timed(report, "fold_batchnorm", progress, free_memory):
         graph = fold_batchnorm(graph, report)
     with _timed(report, "fold_affine", progress, free_memory):
