@@ -7,9 +7,11 @@ which keep a copy of constant filters). oneDNN is selected by name: "auto" may r
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import platform
 
 import ml_dtypes
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -187,19 +189,47 @@ def _silu_pass_isa() -> bool:
 
 
 @needs_onednn
+@pytest.mark.parametrize("isa", ["widest", "avx2"])
 @pytest.mark.parametrize("k", [48, 45])
 @pytest.mark.parametrize("activation, residual",
-                         [("silu", "none"), ("silu", "post"), ("silu", "pre"), ("relu", "none")])
-def test_silu_runs_as_the_activation_pass_on_avx512_or_avx2(activation, residual, k):
-    """oneDNN's swish post-op costs more than the conv on thin 1x1 layers: with AVX-512 (16 lanes) or AVX2
-    and FMA (8 lanes), fp32 SiLU runs as a pass over each piece's output (the name says so), with the same
-    result, inputs of either sign and magnitude included; 45 output channels leave the vector loop a
-    masked tail."""
+                         [("silu", "none"), ("silu", "post"), ("silu", "pre"), ("gelu", "none"), ("gelu", "post"),
+                          ("gelu", "pre"), ("relu", "none")])
+def test_silu_and_gelu_run_as_the_activation_pass_on_avx512_or_avx2(activation, residual, k, isa, monkeypatch):
+    """oneDNN's swish and gelu_erf post-ops cost more than the conv on thin 1x1 layers: with AVX-512 (16 lanes)
+    or AVX2 and FMA (8 lanes; EPIFUSE_CPU_ISA=avx2 picks it on an AVX-512 CPU), fp32 SiLU and GELU run as a
+    pass over each piece's output (the name says so), with the same result, inputs of either sign and
+    magnitude included; 45 output channels leave the vector loop a masked tail."""
+    if isa == "avx2":
+        if not {"avx2", "fma"} <= cpu_flags():
+            pytest.skip("no AVX2 + FMA")
+        monkeypatch.setenv("EPIFUSE_CPU_ISA", "avx2")
     shape = (1, 24, 23, 32, k, 1, 1)
     attrs = dict(activation=activation, residual=residual)
     x, w, b, z = conv_inputs(np.float32, shape, **attrs)
-    x[0, :2] = np.float32(40.0) * np.sign(x[0, :2])  # outputs far into both tails of the sigmoid
+    x[0, :2] = np.float32(40.0) * np.sign(x[0, :2])  # outputs far into both tails of the sigmoid and erf
     y = registry.cpu_fused_conv(x, w, b, z, kernel="onednn", **attrs)
     assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL[np.float32]
     in_pass = "activation pass" in _kernel(np.float32, shape, **attrs)
-    assert in_pass == (activation == "silu" and _silu_pass_isa())
+    assert in_pass == (activation in ("silu", "gelu") and _silu_pass_isa())
+
+
+@needs_onednn
+@pytest.mark.parametrize("isa", ["widest", "avx2"])
+def test_the_gelu_pass_is_accurate_everywhere(isa, monkeypatch):
+    """The pass's erf is a polynomial per piece of [0, 4): every value from -12 to 12 (a million of them, each
+    piece boundary on the way), through a 1x1 conv by the identity, against GELU in double precision: within
+    1e-6 of max(1, |gelu|), and exactly x or -0 far out."""
+    if isa == "avx2":
+        if not {"avx2", "fma"} <= cpu_flags():
+            pytest.skip("no AVX2 + FMA")
+        monkeypatch.setenv("EPIFUSE_CPU_ISA", "avx2")
+    values = np.concatenate([np.linspace(-12, 12, 1 << 20), np.arange(0, 4.01, 0.125) * np.sqrt(2),
+                             -np.arange(0, 4.01, 0.125) * np.sqrt(2), [1e4, -1e4, 3e38, -3e38]]).astype(np.float32)
+    values = np.resize(values, (values.size + 15) // 16 * 16)
+    x = values.reshape(1, -1, 1, 16)
+    w = np.eye(16, dtype=np.float32).reshape(16, 1, 1, 16)
+    y = registry.cpu_fused_conv(x, w, np.zeros(16, np.float32), None, kernel="onednn", activation="gelu")
+    v = values.astype(np.float64)
+    expected = 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+    err = np.abs(y.reshape(-1).astype(np.float64) - expected) / np.maximum(1, np.abs(expected))
+    assert err.max() <= 1e-6, values[err.argmax()]
