@@ -12,8 +12,9 @@ right after is cancelled here, so a per-channel scale after it folds too (fold_a
 block's residual Add fuses as the epilogue.
 
 Why, on ort-cpu: ONNX Runtime runs the group as an MLAS GEMM and a separate pass for the bias and GELU
-(BiasGelu); the oneDNN FusedConv does the GELU on the tile. ConvNeXt-T's MLP layers (2 threads, AMD
-EPYC Zen 4): 1.10-1.23x faster as FusedConvs, one layer a micro-model. Not on the GPU targets: not
+(BiasGelu); the FusedConv adds the bias on the tile and applies the GELU to each thread's piece while it
+is in cache. ConvNeXt-T's MLP layers (2 threads, AMD EPYC Zen 4): 1.10-1.23x faster as FusedConvs, one
+layer a micro-model. Not on the GPU targets: not
 measured there. A MatMul is rewritten only where its FusedConv was measured faster than the runtime's
 nodes (or with fuse=always); unmeasured, it stays a MatMul.
 """
@@ -64,7 +65,7 @@ def _movable(match: ActivationMatch | None, x: gs.Tensor) -> bool:
 
 def _pointwise(node: gs.Node) -> tuple[np.ndarray, list] | None:
     """(B [C, K], X's shape) where `node` is a MatMul of a rank-4 map with static H, W, C by a constant fp32 matrix."""
-    if node.op != "MatMul" or len(node.inputs) != 2 or not node.outputs:
+    if node.op != "MatMul" or len(node.inputs) != 2 or not node.outputs or not isinstance(node.inputs[0], gs.Variable):
         return None
     shape = shape_of(node.inputs[0])
     b = constant_value(node.inputs[1])
