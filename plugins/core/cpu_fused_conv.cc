@@ -8,11 +8,11 @@
 namespace epifuse {
 namespace {
 
-// Everything the two kernels' speeds depend on.
+// Everything the kernels' speeds depend on.
 std::vector<int64_t> shape_key(const ConvProblem& p) {
   const ConvAttributes& a = p.attr;
-  return {p.N, p.H, p.W, p.C, p.K, a.pad_top, a.pad_left, a.pad_bottom, a.pad_right,
-          static_cast<int64_t>(a.activation.kind), static_cast<int64_t>(a.residual)};
+  return {p.N, p.H, p.W, p.C, p.K, p.R, p.S, a.stride_h, a.stride_w, a.group, a.pad_top, a.pad_left,
+          a.pad_bottom, a.pad_right, static_cast<int64_t>(a.activation.kind), static_cast<int64_t>(a.residual)};
 }
 
 // The best of `runs` timed calls, after one untimed (primitive creation, filter transform).
@@ -36,18 +36,34 @@ CpuKernel cpu_kernel_from_environment() {
   if (std::strcmp(choice, "reference") == 0) return CpuKernel::kReference;
   if (std::strcmp(choice, "onednn") == 0) return CpuKernel::kOnednn;
   if (std::strcmp(choice, "winograd") == 0) return CpuKernel::kWinograd;
+  if (std::strcmp(choice, "depthwise") == 0) return CpuKernel::kDepthwise;
   return CpuKernel::kAuto;
 }
 
-Status CpuFusedConv::use_winograd(const ConvProblem& p, const ParallelFor& parallel_for, bool* yes) {
-  *yes = false;
-  if (!winograd_.supports(p) || kernel_ == CpuKernel::kOnednn) return Status::Ok();
-  if (kernel_ == CpuKernel::kWinograd) return *yes = true, Status::Ok();
+CpuFusedConv::Direct CpuFusedConv::direct_for(const ConvProblem& p) const {
+  if (winograd_.supports(p)) return Direct::kWinograd;
+  if (depthwise_.supports(p)) return Direct::kDepthwise;
+  return Direct::kNone;
+}
+
+Status CpuFusedConv::run_direct(Direct d, const ConvProblem& p, const float* x, const float* w, bool w_constant,
+                                const float* b, const float* z, float* y, const ParallelFor& parallel_for) {
+  return d == Direct::kWinograd ? winograd_.run(p, x, w, w_constant, b, z, y, parallel_for)
+                                : depthwise_.run(p, x, w, w_constant, b, z, y, parallel_for);
+}
+
+Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_for, Direct* chosen) {
+  const Direct d = direct_for(p);
+  *chosen = Direct::kNone;
+  if (d == Direct::kNone || kernel_ == CpuKernel::kOnednn) return Status::Ok();
+  if ((kernel_ == CpuKernel::kWinograd && d == Direct::kWinograd) ||
+      (kernel_ == CpuKernel::kDepthwise && d == Direct::kDepthwise))
+    return *chosen = d, Status::Ok();
   const std::vector<int64_t> key = shape_key(p);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = winograd_chosen_.find(key);
-    if (it != winograd_chosen_.end()) return *yes = it->second, Status::Ok();
+    auto it = direct_chosen_.find(key);
+    if (it != direct_chosen_.end()) return *chosen = it->second ? d : Direct::kNone, Status::Ok();
   }
   // Zeros: neither kernel's speed depends on the values. The filters count as constant, so the
   // transform or reorder of these scratch ones stays out of the timing (a real call, with other
@@ -56,7 +72,7 @@ Status CpuFusedConv::use_winograd(const ConvProblem& p, const ParallelFor& paral
   std::vector<float> x, w, b, z, y;
   try {
     x.resize(static_cast<size_t>(p.N * p.H * p.W * p.C));
-    w.resize(static_cast<size_t>(p.K * 9 * p.C));
+    w.resize(static_cast<size_t>(p.K * p.R * p.S * (p.C / p.attr.group)));
     b.resize(static_cast<size_t>(p.K));
     z.resize(p.attr.residual == Residual::kNone ? 0 : static_cast<size_t>(out));
     y.resize(static_cast<size_t>(out));
@@ -65,23 +81,26 @@ Status CpuFusedConv::use_winograd(const ConvProblem& p, const ParallelFor& paral
   }
   const float* zp = z.empty() ? nullptr : z.data();
   bool refused = false;
-  double onednn_s = 0, winograd_s = 0;
+  double onednn_s = 0, direct_s = 0;
   EPIFUSE_RETURN_IF_ERROR(best_seconds(
       [&] { return onednn_.run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for, &refused); }, 3,
       &onednn_s));
   EPIFUSE_RETURN_IF_ERROR(best_seconds(
-      [&] { return winograd_.run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for); }, 3,
-      &winograd_s));
-  *yes = refused || winograd_s < onednn_s;
+      [&] { return run_direct(d, p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for); }, 3,
+      &direct_s));
+  const bool direct = refused || direct_s < onednn_s;
   // Both kept their copy of the scratch filters: the loser never runs this shape, so its copy (up to
   // 16/9 of the filters' size) would only take memory; the winner's is replaced at the first real run.
-  if (*yes) {
+  if (direct) {
     onednn_.release_filters();
-  } else {
+  } else if (d == Direct::kWinograd) {
     winograd_.release_filters();
+  } else {
+    depthwise_.release_filters();
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  winograd_chosen_[key] = *yes;
+  direct_chosen_[key] = direct;
+  *chosen = direct ? d : Direct::kNone;
   return Status::Ok();
 }
 
@@ -91,12 +110,12 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
     bool empty = false;
     EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
     if (empty) return Status::Ok();
-    bool winograd = false;
-    EPIFUSE_RETURN_IF_ERROR(use_winograd(p, parallel_for, &winograd));
-    if (winograd) {
-      return winograd_.run(p, static_cast<const float*>(x), static_cast<const float*>(w), w_constant,
-                           static_cast<const float*>(b), static_cast<const float*>(z), static_cast<float*>(y),
-                           parallel_for);
+    Direct direct = Direct::kNone;
+    EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for, &direct));
+    if (direct != Direct::kNone) {
+      return run_direct(direct, p, static_cast<const float*>(x), static_cast<const float*>(w), w_constant,
+                        static_cast<const float*>(b), static_cast<const float*>(z), static_cast<float*>(y),
+                        parallel_for);
     }
     bool refused = true;
     EPIFUSE_RETURN_IF_ERROR(onednn_.run(p, x, w, w_constant, b, z, y, parallel_for, &refused));
@@ -108,11 +127,13 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
 Status CpuFusedConv::kernel_name(const ConvProblem& p, std::string* name) {
   *name = "reference";
   if (kernel_ == CpuKernel::kReference || p.N <= 0) return Status::Ok();
-  bool winograd = false;
-  EPIFUSE_RETURN_IF_ERROR(use_winograd(p, parallel_for_threads, &winograd));
+  Direct direct = Direct::kNone;
+  EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for_threads, &direct));
   const std::string impl = onednn_.implementation(p);
-  if (winograd) {
+  if (direct == Direct::kWinograd) {
     *name = winograd_.name();
+  } else if (direct == Direct::kDepthwise) {
+    *name = depthwise_.name();
   } else if (!impl.empty()) {
     *name = "onednn " + impl;
   }

@@ -1,8 +1,9 @@
-// The CPU FusedConv every adapter runs: Winograd F(2x2, 3x3) (winograd_fused_conv.h) or oneDNN,
-// whichever runs the problem faster on this machine, where both can; oneDNN where it has an optimized
-// implementation; the reference kernel (reference_fused_conv.h) elsewhere.
-// EPIFUSE_CPU_KERNEL=reference|onednn|winograd in the environment picks one kernel for every problem
-// it can run (oneDNN or the reference kernel for the rest).
+// The CPU FusedConv every adapter runs: a direct kernel of its own — Winograd F(2x2, 3x3)
+// (winograd_fused_conv.h) for 3x3 stride-1 convs, the depthwise kernel (depthwise_fused_conv.h) for
+// depthwise ones — or oneDNN, whichever runs the problem faster on this machine (timed at the first
+// run of each shape), where both can; oneDNN where it has an optimized implementation; the reference
+// kernel (reference_fused_conv.h) elsewhere. EPIFUSE_CPU_KERNEL=reference|onednn|winograd|depthwise in
+// the environment picks one kernel for every problem it can run (oneDNN or the reference kernel for the rest).
 #pragma once
 #include <map>
 #include <mutex>
@@ -11,11 +12,12 @@
 
 #include "onednn_fused_conv.h"
 #include "reference_fused_conv.h"
+#include "depthwise_fused_conv.h"
 #include "winograd_fused_conv.h"
 
 namespace epifuse {
 
-enum class CpuKernel { kAuto, kReference, kOnednn, kWinograd };
+enum class CpuKernel { kAuto, kReference, kOnednn, kWinograd, kDepthwise };
 
 // The kernel EPIFUSE_CPU_KERNEL names, else kAuto.
 CpuKernel cpu_kernel_from_environment();
@@ -29,19 +31,26 @@ class CpuFusedConv {
   Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
              const void* z, void* y, const ParallelFor& parallel_for);
 
-  // What runs `p` (every dimension known): "winograd F(2x2,3x3) avx512" (or avx2), "onednn <implementation>"
-  // or "reference". Where both Winograd and oneDNN can, this times them as the first run would.
+  // What runs `p` (every dimension known): "winograd F(2x2,3x3) avx512" (or avx2), "depthwise direct avx512"
+  // (or avx2), "onednn <implementation>" or "reference". Where a direct kernel and oneDNN both can, this
+  // times them as the first run would.
   Status kernel_name(const ConvProblem& p, std::string* name);
 
  private:
-  // Whether the Winograd kernel runs `p`: forced, or timed against oneDNN once per shape.
-  Status use_winograd(const ConvProblem& p, const ParallelFor& parallel_for, bool* yes);
+  enum class Direct { kNone, kWinograd, kDepthwise };
+  // The direct kernel that can run `p` (at most one does), else kNone.
+  Direct direct_for(const ConvProblem& p) const;
+  Status run_direct(Direct d, const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
+                    const float* z, float* y, const ParallelFor& parallel_for);
+  // The direct kernel that runs `p`: forced, or timed against oneDNN once per shape; kNone for oneDNN.
+  Status choose(const ConvProblem& p, const ParallelFor& parallel_for, Direct* chosen);
 
   CpuKernel kernel_;
   OnednnConv onednn_;
   WinogradConv winograd_;
+  DepthwiseConv depthwise_;
   std::mutex mutex_;
-  std::map<std::vector<int64_t>, bool> winograd_chosen_;
+  std::map<std::vector<int64_t>, bool> direct_chosen_;  // by shape: whether the direct kernel won
 };
 
 }  // namespace epifuse

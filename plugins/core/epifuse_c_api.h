@@ -23,7 +23,7 @@ enum { EPIFUSE_RESIDUAL_NONE = 0, EPIFUSE_RESIDUAL_PRE = 1, EPIFUSE_RESIDUAL_POS
 // faster where both can run it, oneDNN where it has an optimized implementation, else the reference
 // kernel); ONEDNN and WINOGRAD where they can (the AUTO order for the rest); REFERENCE everywhere.
 enum { EPIFUSE_CPU_KERNEL_AUTO = 0, EPIFUSE_CPU_KERNEL_REFERENCE = 1, EPIFUSE_CPU_KERNEL_ONEDNN = 2,
-       EPIFUSE_CPU_KERNEL_WINOGRAD = 3 };
+       EPIFUSE_CPU_KERNEL_WINOGRAD = 3, EPIFUSE_CPU_KERNEL_DEPTHWISE = 4 };
 
 // One FusedConv problem. N/H/W may be -1 (symbolic) when asking the registry.
 typedef struct epifuse_conv_desc {

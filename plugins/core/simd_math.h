@@ -199,6 +199,7 @@ struct Avx512 {
   }
   EPIFUSE_AVX512 static F sigmoid(F x) { return simd::sigmoid16(x); }
   EPIFUSE_AVX512 static F silu(F x) { return simd::silu16(x); }
+  EPIFUSE_AVX512 static F gelu(F x) { return simd::gelu16(x); }
 };
 
 struct Avx2 {
@@ -242,6 +243,7 @@ struct Avx2 {
   }
   EPIFUSE_AVX2 static F sigmoid(F x) { return simd::sigmoid8(x); }
   EPIFUSE_AVX2 static F silu(F x) { return simd::silu8(x); }
+  EPIFUSE_AVX2 static F gelu(F x) { return simd::gelu8(x); }
 };
 
 }  // namespace simd

@@ -87,6 +87,7 @@ using Vec = simd::Avx512;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512
 
 GemmTile gemm_tile_for(GemmShape s);
+#include "vector_epilogue.inc"
 #include "winograd_kernels.inc"
 GemmTile gemm_tile_for(GemmShape s) {
   switch (s.rows * 8 + s.vectors) {
@@ -110,6 +111,7 @@ using Vec = simd::Avx2;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX2
 
 GemmTile gemm_tile_for(GemmShape s);
+#include "vector_epilogue.inc"
 #include "winograd_kernels.inc"
 GemmTile gemm_tile_for(GemmShape s) { return s.vectors == 1 ? gemm_tile<6, 1> : gemm_tile<6, 2>; }
 #undef EPIFUSE_VECTOR_TARGET

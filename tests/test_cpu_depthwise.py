@@ -1,0 +1,147 @@
+"""The CPU FusedConv's depthwise kernel (fp32, one channel a group; AVX-512 and AVX2, each where the CPU
+has it), through the core C ABI and through ONNX Runtime, against a float64 numpy reference: every
+activation and residual mode, every filter width and stride it unrolls and others it runs a column at
+a time, maps narrower than a block of columns, padding wider than the filter, channel counts that leave
+partial vectors, batches; and where it does not apply, the problem goes to the other kernels."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conv_reference import fused_conv, rel_l2
+from optimizer import registry
+from optimizer.contract import ACTIVATIONS
+from optimizer.registry import ConvDesc
+from tests.helpers import conv_inputs, cpu_flags
+from tests.test_cpu_onednn import PARAMS
+
+FLAGS = cpu_flags()
+pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= FLAGS, reason="the depthwise kernel needs AVX2 and FMA")
+TOL = 1e-5  # fp32, as for every CPU kernel
+
+
+@pytest.fixture(params=["avx512", "avx2"])
+def isa(request, monkeypatch):
+    """Each ISA's kernel, AVX2's on an AVX-512 CPU too (EPIFUSE_CPU_ISA caps the one chosen)."""
+    if request.param == "avx512" and "avx512f" not in FLAGS:
+        pytest.skip("no AVX-512F on this CPU")
+    if request.param == "avx2":
+        monkeypatch.setenv("EPIFUSE_CPU_ISA", "avx2")
+    else:
+        monkeypatch.delenv("EPIFUSE_CPU_ISA", raising=False)
+    return request.param
+
+
+def _reference(x, w, b, z, **attrs):
+    return fused_conv(*(None if a is None else a.astype(np.float64) for a in (x, w, b, z)), **attrs)
+
+
+def _desc(shape, **attrs) -> ConvDesc:
+    n, h, w, c, k, r, s = shape
+    return ConvDesc.from_attributes(registry.FLOAT, (n, h, w, c), (k, r, s, c // attrs.get("group", 1)), **attrs)
+
+
+def _check(isa, shape, **attrs):
+    attrs.setdefault("group", shape[3])
+    x, w, b, z = conv_inputs(np.float32, shape, **attrs)
+    y = registry.cpu_fused_conv(x, w, b, z, kernel="depthwise", **attrs)
+    assert registry.cpu_kernel_name(_desc(shape, **attrs), "depthwise") == f"depthwise direct {isa}"
+    assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL
+
+
+@pytest.mark.parametrize("residual", ["none", "pre", "post"])
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_every_activation_and_residual(activation, residual, isa):
+    """The epilogue over each output row: vector forms of the common activations, the others lane by
+    lane; 40 channels end in a partial vector of either width."""
+    _check(isa, (1, 13, 21, 40, 40, 3, 3), pads=(1, 1, 1, 1), activation=activation,
+           activation_params=PARAMS.get(activation, ()), residual=residual)
+
+
+# (N, H, W, C, R, S), strides, pads: each exercises another part of the row loop
+GEOMETRY = {
+    "3x3_s1_wider_than_a_block": ((1, 9, 37, 32, 3, 3), (1, 1), (1, 1, 1, 1)),
+    "3x3_s2": ((1, 17, 23, 48, 3, 3), (2, 2), (1, 1, 1, 1)),
+    "5x5_s1": ((1, 14, 30, 24, 5, 5), (1, 1), (2, 2, 2, 2)),
+    "5x5_s2_odd_map": ((2, 15, 15, 72, 5, 5), (2, 2), (2, 2, 2, 2)),
+    "7x7_s1_convnext": ((1, 14, 14, 96, 7, 7), (1, 1), (3, 3, 3, 3)),
+    "7x7_s2": ((1, 19, 26, 16, 7, 7), (2, 2), (3, 3, 3, 3)),
+    "map_narrower_than_a_block": ((1, 3, 3, 64, 3, 3), (1, 1), (1, 1, 1, 1)),
+    "one_pixel": ((1, 1, 1, 32, 3, 3), (1, 1), (1, 1, 1, 1)),
+    "no_padding": ((1, 12, 40, 16, 3, 3), (1, 1), (0, 0, 0, 0)),
+    "asymmetric_pads": ((1, 11, 29, 16, 5, 5), (2, 2), (0, 2, 1, 0)),
+    "padding_wider_than_the_filter": ((1, 6, 18, 16, 3, 3), (1, 1), (4, 5, 4, 5)),
+    "filter_wider_than_the_map": ((1, 4, 4, 16, 7, 7), (1, 1), (3, 3, 3, 3)),
+    "channels_not_a_vector": ((1, 10, 30, 21, 3, 3), (1, 1), (1, 1, 1, 1)),
+    "three_channels": ((1, 10, 30, 3, 5, 5), (2, 2), (2, 2, 2, 2)),
+    "rows_strided_columns_not": ((1, 16, 30, 32, 3, 3), (2, 1), (1, 1, 1, 1)),
+    # taps and strides it does not unroll: a column at a time
+    "1x1": ((1, 8, 20, 32, 1, 1), (1, 1), (0, 0, 0, 0)),
+    "3x5": ((1, 9, 20, 32, 3, 5), (1, 1), (1, 2, 1, 2)),
+    "stride_3": ((1, 20, 20, 32, 3, 3), (3, 3), (1, 1, 1, 1)),
+    "batch_3": ((3, 9, 17, 32, 3, 3), (1, 1), (1, 1, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRY))
+def test_geometry(name, isa):
+    (n, h, w, c, r, s), strides, pads = GEOMETRY[name]
+    _check(isa, (n, h, w, c, c, r, s), strides=strides, pads=pads, activation="silu", residual="post")
+
+
+def test_large_values_and_nan_propagate(isa):
+    """Outputs far into both tails of SiLU and sigmoid, and a NaN input pixel that spoils the outputs
+    whose windows hold it."""
+    shape = (1, 10, 20, 16, 16, 3, 3)
+    x, w, b, _ = conv_inputs(np.float32, shape, group=16)
+    x *= 40
+    x[0, 4, 4, 3] = np.nan
+    for activation in ("silu", "sigmoid", "relu"):
+        attrs = dict(pads=(1, 1, 1, 1), activation=activation, group=16)
+        y = registry.cpu_fused_conv(x, w, b, kernel="depthwise", **attrs)
+        ref = _reference(x, w, b, None, **attrs)
+        assert np.array_equal(np.isnan(y), np.isnan(ref)), activation
+        finite = ~np.isnan(ref)
+        assert rel_l2(y[finite], ref[finite]) <= TOL, activation
+
+
+@pytest.mark.parametrize("attrs, shape", [
+    (dict(group=4, pads=(1, 1, 1, 1)), (1, 16, 16, 16, 16, 3, 3)),  # grouped, not depthwise
+    (dict(group=16, pads=(1, 1, 1, 1)), (1, 16, 16, 16, 32, 3, 3)),  # two outputs a channel
+    (dict(group=16, dilations=(2, 2), pads=(2, 2, 2, 2)), (1, 16, 16, 16, 16, 3, 3)),
+])
+def test_other_problems_run_elsewhere(attrs, shape):
+    """The depthwise kernel computes one output channel per input channel, undilated; selecting it leaves
+    the rest to oneDNN."""
+    assert registry.cpu_kernel_name(_desc(shape, **attrs), "depthwise").startswith("onednn ")
+    x, w, b, _ = conv_inputs(np.float32, shape, **attrs)
+    y = registry.cpu_fused_conv(x, w, b, kernel="depthwise", **attrs)
+    assert rel_l2(y, _reference(x, w, b, None, **attrs)) <= TOL
+
+
+def test_auto_runs_the_faster_kernel_correctly():
+    """"auto" times the depthwise kernel against oneDNN on the problem and runs the faster; both give the
+    answer."""
+    shape, attrs = (1, 28, 28, 96, 96, 7, 7), dict(pads=(3, 3, 3, 3), group=96, activation="gelu", residual="pre")
+    name = registry.cpu_kernel_name(_desc(shape, **attrs))
+    assert name.startswith("depthwise direct ") or name.startswith("onednn "), name
+    x, w, b, z = conv_inputs(np.float32, shape, **attrs)
+    assert rel_l2(registry.cpu_fused_conv(x, w, b, z, **attrs), _reference(x, w, b, z, **attrs)) <= TOL
+
+
+@pytest.mark.parametrize("kernel", ["depthwise", "onednn"])
+@pytest.mark.parametrize("name", ["mobilenetv3_tiny", "efficientnet_tiny", "convnext_tiny"])
+def test_zoo_models_verify_on_each_kernel(name, kernel, monkeypatch):
+    """Whole optimized models against ORT on the original, with every depthwise conv on the one kernel and
+    then on the other (auto picks per shape by time, so either may run a layer)."""
+    from models import zoo
+    from optimizer.passes.load import validate
+    from optimizer.pipeline import FusionPolicy, optimize_model
+    from optimizer.verify import verify
+
+    monkeypatch.setenv("EPIFUSE_CPU_KERNEL", kernel)
+    original = validate(zoo.build(name))
+    optimized, _ = optimize_model(original, precision="fp32", target="ort-cpu", policy=FusionPolicy(mode="always"))
+    assert not any(n.op_type == "Conv" for n in optimized.graph.node)
+    result = verify(original, optimized, precision="fp32")
+    assert result["passed"] and result["worst_rel_l2"] <= TOL, result
