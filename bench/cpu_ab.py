@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from cpu_layers import _fused_model  # the same one-FusedConv micro-model as the layer table's
 from optimizer.libraries import library_path
 
-# (name, H, C, K, kernel size, activation)
+# (name, H, C, K, kernel size, activation[, groups])
 LAYERS = [
     ("resnet 3x3 @7", 7, 512, 512, 3, "relu"),
     ("resnet 3x3 @14", 14, 256, 256, 3, "relu"),
@@ -35,6 +35,11 @@ LAYERS = [
     ("yolov8n 1x1 48->32 @160", 160, 48, 32, 1, "silu"),
     ("resnet 1x1 64->256 @56", 56, 64, 256, 1, "relu"),
     ("one-row 3x3 320->256", 1, 320, 256, 3, "relu"),
+    ("convnext 1x1 96->384 @56", 56, 96, 384, 1, "gelu"),
+    ("convnext 7x7 depthwise @56", 56, 96, 96, 7, "identity", 96),
+    ("convnext 7x7 depthwise @14", 14, 384, 384, 7, "identity", 384),
+    ("efficientnet 3x3 depthwise @112", 112, 32, 32, 3, "silu", 32),
+    ("efficientnet 5x5 depthwise @14", 14, 672, 672, 5, "silu", 672),
 ]
 CHAIN_NODES, CHAIN_CHANNELS = 50, 32
 
@@ -44,9 +49,12 @@ def _model(nodes, inputs, outputs, initializers) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
 
 
-def layer_model(h, c, k, r, activation, rng) -> onnx.ModelProto:
-    w = (rng.standard_normal((k, c, r, r)) / np.sqrt(c * r * r)).astype(np.float32)
-    return _fused_model(h, c, k, r, activation, w, rng.standard_normal(k).astype(np.float32))
+def layer_model(h, c, k, r, activation, rng, groups=1) -> onnx.ModelProto:
+    w = (rng.standard_normal((k, c // groups, r, r)) / np.sqrt(c // groups * r * r)).astype(np.float32)
+    model = _fused_model(h, c, k, r, activation, w, rng.standard_normal(k).astype(np.float32))
+    if groups > 1:
+        model.graph.node[0].attribute.append(helper.make_attribute("group", groups))
+    return model
 
 
 def chain_model(rng) -> onnx.ModelProto:
@@ -91,7 +99,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True, help="the libepifuse_ort.so to compare against")
     ap.add_argument("--candidate", default=None, help="default: the installed epifuse's library")
-    ap.add_argument("--kernel", choices=["auto", "onednn", "winograd", "reference"], default=None)
+    ap.add_argument("--kernel", choices=["auto", "onednn", "winograd", "depthwise", "reference"], default=None)
     ap.add_argument("--blocks", type=int, default=8)
     ap.add_argument("--runs", type=int, default=60, help="runs per block, the first third not counted")
     args = ap.parse_args()
@@ -100,9 +108,10 @@ def main() -> int:
     libraries = [args.baseline, args.candidate or str(library_path())]
     rng = np.random.default_rng(0)
     rows = []
-    for name, h, c, k, r, activation in LAYERS:
-        base, cand = compare(layer_model(h, c, k, r, activation, rng), libraries, args.blocks, args.runs, args.runs // 3)
-        rows.append((name, f"{c}->{k} {r}x{r} @{h}x{h} {activation}", base, cand))
+    for name, h, c, k, r, activation, *groups in LAYERS:
+        model = layer_model(h, c, k, r, activation, rng, *groups)
+        base, cand = compare(model, libraries, args.blocks, args.runs, args.runs // 3)
+        rows.append((name, f"{c}->{k} {r}x{r}{' depthwise' if groups else ''} @{h}x{h} {activation}", base, cand))
         print(f"{name}: baseline {base:.1f} us, candidate {cand:.1f} us", flush=True)
     base, cand = compare(chain_model(rng), libraries, args.blocks, args.runs, args.runs // 3)
     rows.append((f"chain of {CHAIN_NODES} 1x1 (per node)", f"{CHAIN_CHANNELS}->{CHAIN_CHANNELS} 1x1 @1x1 relu",
