@@ -29,8 +29,8 @@ from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
 from .passes.input_layout import input_layout
 from .passes.layout import layout
-from .passes.matmul_as_conv import matmul_as_conv
 from .passes.load import load_model, load_model_split, validate
+from .passes.matmul_as_conv import matmul_as_conv
 from .passes.nearest_upsample import nearest_upsample
 from .passes.nhwc_pools import nhwc_pools
 from .passes.pool_as_conv import pool_as_conv
@@ -372,8 +372,12 @@ def _every_candidate_variant(check, original_model, optimized, target: str, prec
         return None
     names = {d.node for d in report.decisions}
     what = f"the model with every candidate fused ({len(everything)})"
-    variant, variant_report = _reoptimized(original_model(), target, precision, policy, kernel_query,
-                                           names - everything, mode="always")
+    try:
+        variant, variant_report = _reoptimized(original_model(), target, precision, policy, kernel_query,
+                                               names - everything, mode="always")
+    except Exception as e:  # noqa: BLE001 (a variant that fails to build: the fallback goes on without it)
+        report.notes.append(f"whole-model check of {what} not run: {_first_line(e)}")
+        return None
     if {_candidate(d.node, names) for d in variant_report.decisions if d.fused} != \
             {_candidate(n, names) for n in everything}:
         report.notes.append(f"whole-model check: {what} not tried (a kernel missing, an overlap)")
