@@ -23,6 +23,7 @@ ACTIVATIONS = {
     "silu": act.silu,
     "relu": lambda g, x: g.op("Relu", [x]),
     "none": lambda g, x: x,
+    "gelu_op": lambda g, x: g.op("Gelu", [x]),  # opset 20's own op, as newer exporters write nn.GELU
 }
 
 
@@ -39,7 +40,7 @@ def _block(activation="gelu", *, dim=8, size=6, batch=1, scale_after_transpose=T
            bias=True, norm=True) -> onnx.ModelProto:
     """A ConvNeXt block: 7x7 depthwise → NHWC → LayerNorm → Linear → act → Linear → NCHW → layer scale → + x.
     torchvision scales after the Transpose back ([C, 1, 1]); the zoo's ConvNeXt before it ([C])."""
-    g = GraphBuilder("block", opset=17, seed=3)
+    g = GraphBuilder("block", opset=20 if activation == "gelu_op" else 17, seed=3)
     x = g.input("x", dim, size, size, batch=batch)
     y = g.op("Transpose", [g.conv(x, dim, dim, 7, group=dim, bias=True, gain=1.0)], perm=[0, 2, 3, 1])
     if norm:
@@ -73,7 +74,7 @@ def test_a_convnext_block_becomes_three_fused_convs_with_the_same_result(activat
     assert ops(optimized).count("Transpose") == 2
     fused = [n for n in optimized.graph.node if n.op_type == contract.OP_TYPE]
     attrs = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in fused]
-    expected = {"gelu_inv_sqrt2": b"gelu", "none": b"identity"}.get(activation, activation.encode())
+    expected = {"gelu_inv_sqrt2": b"gelu", "gelu_op": b"gelu", "none": b"identity"}.get(activation, activation.encode())
     assert attrs[1].get("activation", b"identity") == expected
     assert attrs[2].get("residual") in (b"pre", b"post")  # the block's Add, the layer scale in the weights
     _check(original, optimized)
