@@ -6,14 +6,16 @@ partial vectors, batches; and where it does not apply, the problem goes to the o
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from conv_reference import fused_conv, rel_l2
 from optimizer import registry
 from optimizer.contract import ACTIVATIONS
 from optimizer.registry import ConvDesc
+from optimizer.runtime import session_options
 from tests.helpers import conv_inputs, cpu_flags
-from tests.test_cpu_onednn import PARAMS
+from tests.test_cpu_onednn import PARAMS, _fused_conv_model
 
 FLAGS = cpu_flags()
 pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= FLAGS, reason="the depthwise kernel needs AVX2 and FMA")
@@ -127,6 +129,25 @@ def test_auto_runs_the_faster_kernel_correctly():
     assert name.startswith("depthwise direct ") or name.startswith("onednn "), name
     x, w, b, z = conv_inputs(np.float32, shape, **attrs)
     assert rel_l2(registry.cpu_fused_conv(x, w, b, z, **attrs), _reference(x, w, b, z, **attrs)) <= TOL
+
+
+def test_ort_concurrent_first_runs_and_batches(monkeypatch):
+    """Runs from several threads at once, from the very first (which times the depthwise kernel against
+    oneDNN and keeps the filters of whichever wins), at two batch sizes: each gets its own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.delenv("EPIFUSE_CPU_KERNEL", raising=False)
+    shape, attrs = (1, 24, 24, 48, 48, 5, 5), dict(pads=(2, 2, 2, 2), group=48, activation="silu")
+    _, w, b, _ = conv_inputs(np.float32, shape, group=48)
+    b[:] = 0
+    model = _fused_conv_model(shape, weights=w, **{**attrs, "pads": list(attrs["pads"])})
+    session = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+    inputs = [np.random.default_rng(seed).standard_normal((1 + seed % 2, 24, 24, 48)).astype(np.float32)
+              for seed in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        outputs = list(pool.map(lambda x: session.run(None, {"x": x})[0], inputs))
+    for x, y in zip(inputs, outputs):
+        assert rel_l2(y, _reference(x, w, b, None, **attrs)) <= TOL
 
 
 @pytest.mark.parametrize("kernel", ["depthwise", "onednn"])
