@@ -3,7 +3,7 @@
 // blocks of output columns sharing each input vector they read (a 3x3 stride-1 filter row: 10 loads
 // for 24 multiply-adds), and the residual and activation apply to a block while it is in registers.
 // Against oneDNN 3.2's brdgmm_dw (2 threads, Zen 4): ConvNeXt-T's 7x7 layers 1.05-1.34x, EfficientNet's
-// and MobileNet's 3x3 and 5x5 0.85-1.12x; CpuFusedConv times the two per shape and keeps the faster.
+// and MobileNet's 3x3 and 5x5 0.90-1.11x; CpuFusedConv times the two per shape and keeps the faster.
 #pragma once
 #include <memory>
 #include <mutex>
