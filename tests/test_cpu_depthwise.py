@@ -111,6 +111,7 @@ def test_large_values_and_nan_propagate(isa):
     (dict(group=4, pads=(1, 1, 1, 1)), (1, 16, 16, 16, 16, 3, 3)),  # grouped, not depthwise
     (dict(group=16, pads=(1, 1, 1, 1)), (1, 16, 16, 16, 32, 3, 3)),  # two outputs a channel
     (dict(group=16, dilations=(2, 2), pads=(2, 2, 2, 2)), (1, 16, 16, 16, 16, 3, 3)),
+    (dict(pads=(1, 1, 1, 1)), (1, 16, 16, 16, 16, 3, 3)),  # dense 3x3: Winograd's, but not when depthwise is forced
 ])
 def test_other_problems_run_elsewhere(attrs, shape):
     """The depthwise kernel computes one output channel per input channel, undilated; selecting it leaves

@@ -105,6 +105,7 @@ def test_large_values_and_nan_propagate(isa):
     (dict(strides=(2, 2), pads=(1, 1, 1, 1)), (1, 16, 16, 16, 16, 3, 3)),
     (dict(dilations=(2, 2), pads=(2, 2, 2, 2)), (1, 16, 16, 16, 16, 3, 3)),
     (dict(group=4, pads=(1, 1, 1, 1)), (1, 16, 16, 16, 16, 3, 3)),
+    (dict(group=16, pads=(1, 1, 1, 1)), (1, 16, 16, 16, 16, 3, 3)),  # depthwise: not the depthwise kernel either
     (dict(pads=(2, 2, 2, 2)), (1, 16, 16, 16, 16, 5, 5)),
     (dict(), (1, 16, 16, 16, 16, 1, 1)),
 ])

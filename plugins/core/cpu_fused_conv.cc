@@ -56,9 +56,11 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
   const Direct d = direct_for(p);
   *chosen = Direct::kNone;
   if (d == Direct::kNone || kernel_ == CpuKernel::kOnednn) return Status::Ok();
-  if ((kernel_ == CpuKernel::kWinograd && d == Direct::kWinograd) ||
-      (kernel_ == CpuKernel::kDepthwise && d == Direct::kDepthwise))
-    return *chosen = d, Status::Ok();
+  if (kernel_ == CpuKernel::kWinograd || kernel_ == CpuKernel::kDepthwise) {  // forced: that one, else oneDNN
+    const Direct forced = kernel_ == CpuKernel::kWinograd ? Direct::kWinograd : Direct::kDepthwise;
+    if (d == forced) *chosen = d;
+    return Status::Ok();
+  }
   const std::vector<int64_t> key = shape_key(p);
   {
     std::lock_guard<std::mutex> lock(mutex_);
