@@ -14,8 +14,6 @@ namespace {
 // Output rows a piece of work, at least: enough pieces per thread to even out a ragged end.
 constexpr int64_t kPiecesPerThread = 4;
 
-int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
-
 struct Geometry {
   Geometry(const ConvProblem& p, int64_t lanes)
       : N(p.N), H(p.H), W(p.W), C(p.C), P(p.P()), Q(p.Q()), R(p.R), S(p.S), SH(p.attr.stride_h),
@@ -49,11 +47,6 @@ int64_t lanes_of(VectorIsa isa) { return isa == VectorIsa::kAvx512 ? simd::Avx51
 
 }  // namespace
 
-struct DepthwiseConv::Filters {
-  std::vector<float> storage;
-  const float* taps = nullptr;  // 64-byte aligned inside storage
-};
-
 DepthwiseConv::DepthwiseConv() : isa_(best_vector_isa()) {}
 
 bool DepthwiseConv::supports(const ConvProblem& p) const {
@@ -64,11 +57,7 @@ bool DepthwiseConv::supports(const ConvProblem& p) const {
 
 std::string DepthwiseConv::name() const { return std::string("depthwise direct ") + isa_name(isa_); }
 
-void DepthwiseConv::release_filters() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  filters_.reset();
-  filters_source_ = nullptr;
-}
+void DepthwiseConv::release_filters() { filters_.release(); }
 
 Status DepthwiseConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
                           const float* z, float* y, const ParallelFor& parallel_for) {
@@ -77,28 +66,12 @@ Status DepthwiseConv::run(const ConvProblem& p, const float* x, const float* w, 
   const int64_t rows = g.N * g.P;
   if (rows == 0 || g.Q == 0) return Status::Ok();
 
-  std::shared_ptr<const Filters> filters;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (w_constant && filters_source_ == w) filters = filters_;
-  }
-  if (!filters) {  // KRSC with one input channel a group, [C][R][S], to [R][S][Cp]
-    auto made = std::make_shared<Filters>();
-    const int64_t taps = g.R * g.S, n = taps * g.Cp;
-    made->storage.assign(static_cast<size_t>(n + 16), 0.f);
-    const auto address = reinterpret_cast<std::uintptr_t>(made->storage.data());
-    float* f = reinterpret_cast<float*>(round_up(static_cast<int64_t>(address), 64));
+  const int64_t taps = g.R * g.S;
+  const auto filters = filters_.get(w, w_constant, taps * g.Cp, [&](float* f) {  // KRSC [C][R][S][1] to [R][S][Cp]
     for (int64_t c = 0; c < g.C; ++c)
       for (int64_t t = 0; t < taps; ++t) f[t * g.Cp + c] = w[c * taps + t];
-    made->taps = f;
-    filters = made;
-    if (w_constant) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      filters_ = filters;
-      filters_source_ = w;
-    }
-  }
-  const float* f = filters->taps;
+  });
+  const float* f = filters->data;
   const auto output_row = isa_ == VectorIsa::kAvx512 ? avx512::output_row : avx2::output_row;
   const int64_t per_piece = std::max<int64_t>(1, rows / (hardware_threads() * kPiecesPerThread));
   const int64_t pieces = (rows + per_piece - 1) / per_piece;

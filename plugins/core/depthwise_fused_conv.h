@@ -5,13 +5,12 @@
 // Against oneDNN 3.2's brdgmm_dw (2 threads, Zen 4): ConvNeXt-T's 7x7 layers 1.05-1.34x, EfficientNet's
 // and MobileNet's 3x3 and 5x5 0.90-1.11x; CpuFusedConv times the two per shape and keeps the faster.
 #pragma once
-#include <memory>
-#include <mutex>
 #include <string>
 
 #include "conv_problem.h"
 #include "cpu_isa.h"
 #include "parallel.h"
+#include "prepared_filters.h"
 #include "status.h"
 
 namespace epifuse {
@@ -36,11 +35,8 @@ class DepthwiseConv {
   void release_filters();
 
  private:
-  struct Filters;  // [R * S][Cp] taps, each row of channels padded to whole vectors
   VectorIsa isa_;
-  std::mutex mutex_;
-  std::shared_ptr<const Filters> filters_;
-  const float* filters_source_ = nullptr;
+  PreparedFilters filters_;  // [R * S][Cp] taps of constant filters, each row of channels padded to whole vectors
 };
 
 }  // namespace epifuse

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "activation.h"
@@ -19,16 +20,6 @@ namespace {
 constexpr int64_t kBlockBytes = 192 * 1024;
 // Blocks per thread at least, where the layer has that many tiles: evens out ragged ends.
 constexpr int64_t kBlocksPerThread = 4;
-
-int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
-
-// A 64-byte-aligned view into a vector of floats, so that every row of Cp or Kp floats starts a
-// cache line (AVX-512) or half of one (AVX2).
-float* aligned(std::vector<float>& storage, int64_t n) {
-  if (storage.size() < static_cast<size_t>(n + 16)) storage.resize(static_cast<size_t>(n + 16));
-  const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
-  return reinterpret_cast<float*>(round_up(static_cast<int64_t>(address), 64));
-}
 
 using simd::GemmShape;
 
@@ -55,10 +46,9 @@ struct Geometry {
   int64_t scratch_floats() const { return 16 * block * (Cp + Kp); }
 };
 
-// U[16][Cp][Kp] from KRSC filters, zero where c >= C or k >= K. In double: the transform's sums
-// of three filter taps then round once.
+// U[16][Cp][Kp] from KRSC filters into zeros (left where c >= C or k >= K). In double: the transform's
+// sums of three filter taps then round once.
 void transform_filters(const Geometry& g, const float* w, float* u) {
-  std::fill(u, u + 16 * g.Cp * g.Kp, 0.f);
   for (int64_t k = 0; k < g.K; ++k) {
     for (int64_t c = 0; c < g.C; ++c) {
       double f[3][3], gf[4][3];
@@ -125,11 +115,6 @@ Geometry geometry(const ConvProblem& p, VectorIsa isa) {
 
 }  // namespace
 
-struct WinogradConv::Filters {
-  std::vector<float> storage;
-  const float* u = nullptr;  // U[16][Cp][Kp], 64-byte aligned inside storage
-};
-
 WinogradConv::WinogradConv() : isa_(best_vector_isa()) {}
 
 bool WinogradConv::supports(const ConvProblem& p) const {
@@ -140,11 +125,7 @@ bool WinogradConv::supports(const ConvProblem& p) const {
 
 std::string WinogradConv::name() const { return std::string("winograd F(2x2,3x3) ") + isa_name(isa_); }
 
-void WinogradConv::release_filters() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  filters_.reset();
-  filters_source_ = nullptr;
-}
+void WinogradConv::release_filters() { filters_.release(); }
 
 Status WinogradConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
                          const float* z, float* y, const ParallelFor& parallel_for) {
@@ -153,24 +134,8 @@ Status WinogradConv::run(const ConvProblem& p, const float* x, const float* w, b
   if (g.tiles == 0) return Status::Ok();
 
   // Constant filters are transformed once; others on every call.
-  std::shared_ptr<const Filters> filters;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (w_constant && filters_source_ == w) filters = filters_;
-  }
-  if (!filters) {
-    auto made = std::make_shared<Filters>();
-    float* u = aligned(made->storage, 16 * g.Cp * g.Kp);
-    transform_filters(g, w, u);
-    made->u = u;
-    filters = made;
-    if (w_constant) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      filters_ = filters;
-      filters_source_ = w;
-    }
-  }
-  const float* u = filters->u;
+  const auto filters = filters_.get(w, w_constant, 16 * g.Cp * g.Kp, [&](float* u) { transform_filters(g, w, u); });
+  const float* u = filters->data;  // U[16][Cp][Kp]
   const auto run_block = isa_ == VectorIsa::kAvx512 ? avx512::run_block : avx2::run_block;
 
   std::mutex error_mutex;

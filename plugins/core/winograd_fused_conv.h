@@ -12,14 +12,12 @@
 // Filter transform in double, data transforms with coefficients 0, +-1 and +-1/2: the result is
 // within a few fp32 ulps of the direct convolution's (relative L2 1e-7 to 4e-7 against float64, measured).
 #pragma once
-#include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "conv_problem.h"
 #include "cpu_isa.h"
 #include "parallel.h"
+#include "prepared_filters.h"
 #include "status.h"
 
 namespace epifuse {
@@ -45,11 +43,8 @@ class WinogradConv {
   void release_filters();
 
  private:
-  struct Filters;  // the filters transformed
   VectorIsa isa_;
-  std::mutex mutex_;
-  std::shared_ptr<const Filters> filters_;  // of the constant filters, made at the first call
-  const float* filters_source_ = nullptr;
+  PreparedFilters filters_;  // U = G g G^T of constant filters, made at the first call
 };
 
 }  // namespace epifuse
