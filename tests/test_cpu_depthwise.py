@@ -9,38 +9,15 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from conv_reference import fused_conv, rel_l2
+from conv_reference import rel_l2
 from optimizer import registry
 from optimizer.contract import ACTIVATIONS
-from optimizer.registry import ConvDesc
 from optimizer.runtime import session_options
 from tests.helpers import conv_inputs, cpu_flags
 from tests.test_cpu_onednn import PARAMS, _fused_conv_model
+from tests.test_cpu_winograd import TOL, _desc, _reference, isa  # noqa: F401 (isa: the fixture of both ISAs)
 
-FLAGS = cpu_flags()
-pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= FLAGS, reason="the depthwise kernel needs AVX2 and FMA")
-TOL = 1e-5  # fp32, as for every CPU kernel
-
-
-@pytest.fixture(params=["avx512", "avx2"])
-def isa(request, monkeypatch):
-    """Each ISA's kernel, AVX2's on an AVX-512 CPU too (EPIFUSE_CPU_ISA caps the one chosen)."""
-    if request.param == "avx512" and "avx512f" not in FLAGS:
-        pytest.skip("no AVX-512F on this CPU")
-    if request.param == "avx2":
-        monkeypatch.setenv("EPIFUSE_CPU_ISA", "avx2")
-    else:
-        monkeypatch.delenv("EPIFUSE_CPU_ISA", raising=False)
-    return request.param
-
-
-def _reference(x, w, b, z, **attrs):
-    return fused_conv(*(None if a is None else a.astype(np.float64) for a in (x, w, b, z)), **attrs)
-
-
-def _desc(shape, **attrs) -> ConvDesc:
-    n, h, w, c, k, r, s = shape
-    return ConvDesc.from_attributes(registry.FLOAT, (n, h, w, c), (k, r, s, c // attrs.get("group", 1)), **attrs)
+pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= cpu_flags(), reason="the depthwise kernel needs AVX2 and FMA")
 
 
 def _check(isa, shape, **attrs):
