@@ -48,10 +48,10 @@ bool activation_in_pass(DType dtype, const ConvAttributes& a) {
   return dtype == DType::kFloat && in_pass(a.activation.kind) && (cpu_has_avx512f() || cpu_has_avx2_fma());
 }
 
-void activation_pass(const ConvAttributes& a, float* y, const float* z, int64_t n) {
+void activation_pass(const ConvAttributes& a, VectorIsa isa, float* y, const float* z, int64_t n) {
   const bool silu = a.activation.kind == ActivationKind::kSilu;
   if (!in_pass(a.activation.kind)) return;
-  if (best_vector_isa() == VectorIsa::kAvx512) {
+  if (isa == VectorIsa::kAvx512) {
     (silu ? pass16<simd::silu16> : pass16<simd::gelu16>)(y, z, n);
   } else {
     (silu ? pass8<simd::silu8> : pass8<simd::gelu8>)(y, z, n);

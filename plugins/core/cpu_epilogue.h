@@ -4,12 +4,14 @@
 // channel layers), a pass over the output just written, still in cache, about half of that. On
 // AVX2 (Zen 3) the 8-lane pass took YOLOv8n fused everywhere from 85-110 ms to 80-83 ms. GELU (erf)
 // likewise: oneDNN's post-op ~29 cycles a vector (a divide and e^x), the pass's polynomial pieces fewer.
-// The pass runs on the widest ISA best_vector_isa() allows (EPIFUSE_CPU_ISA=avx2 tests the AVX2 one).
+// The pass runs on the widest ISA best_vector_isa() allows (EPIFUSE_CPU_ISA=avx2 tests the AVX2 one),
+// read when the kernel is made, not on every call.
 #pragma once
 
 #include <cstdint>
 
 #include "conv_problem.h"
+#include "cpu_isa.h"
 
 namespace epifuse {
 
@@ -17,7 +19,8 @@ namespace epifuse {
 bool activation_in_pass(DType dtype, const ConvAttributes& a);
 
 // y[i] = act(y[i]) (+ z[i] where `z` is not null: the residual added after the activation), for
-// `n` contiguous floats. Only for an `a` that activation_in_pass accepts.
-void activation_pass(const ConvAttributes& a, float* y, const float* z, int64_t n);
+// `n` contiguous floats, on `isa` (best_vector_isa() as the caller read it once; not kNone). Only for
+// an `a` that activation_in_pass accepts.
+void activation_pass(const ConvAttributes& a, VectorIsa isa, float* y, const float* z, int64_t n);
 
 }  // namespace epifuse

@@ -23,6 +23,7 @@
 #endif
 
 #include "cpu_epilogue.h"
+#include "cpu_isa.h"
 #include "float_types.h"
 
 namespace epifuse {
@@ -330,6 +331,7 @@ struct ReorderedWeights {
 };
 
 struct OnednnConv::State {
+  const VectorIsa isa = best_vector_isa();  // of the activation pass: EPIFUSE_CPU_ISA read once a node
   std::mutex mutex;
   std::map<Key, std::optional<Primitive>> primitives;
   std::map<Key, Plan> plans;
@@ -524,7 +526,7 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
       stream.wait();
       if (activation_in_pass(p.dtype, p.attr)) {  // the chunk's output is dense and still in cache
         const bool add_z = p.attr.residual == Residual::kPost;
-        activation_pass(p.attr, reinterpret_cast<float*>(out),
+        activation_pass(p.attr, state_->isa, reinterpret_cast<float*>(out),
                         add_z ? reinterpret_cast<const float*>(residual) : nullptr, pixels * c.kc);
       }
       if (!c.all_channels(p)) copy_channels(at(y, y_offset, esize), p.K, out, c.kc, pixels, c.kc, esize);
