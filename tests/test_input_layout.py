@@ -1,6 +1,7 @@
-"""input_layout: for ort-cuda, the Transpose taking a few-channel graph input into the NHWC region
-becomes epifuse::NchwToNhwc, with the same result (ORT CPU EP, the library's CPU kernel); other
-targets and many-channel inputs keep the Transpose. The op itself is checked exactly against numpy."""
+"""input_layout: for ort-cuda and ort-cpu, the Transpose taking a few-channel graph input into the NHWC
+region becomes epifuse::NchwToNhwc, with the same result (ORT CPU EP, the library's CPU kernel);
+TensorRT, many-channel inputs and (on ort-cpu) one-channel inputs keep the Transpose. The op itself is
+checked exactly against numpy."""
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -9,12 +10,13 @@ from onnx import TensorProto, helper
 
 from models import zoo
 from optimizer.passes.input_layout import OP_TYPE
-from optimizer.pipeline import optimize_model
+from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.runtime import session_options
 from optimizer.verify import verify
 from tests.helpers import conv_net, ops
 
 REWRITE = f"few-channel NCHW→NHWC Transpose → epifuse::{OP_TYPE} (ort-cuda)"
+CPU_REWRITE = f"few-channel NCHW→NHWC Transpose → epifuse::{OP_TYPE} (ort-cpu)"
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
@@ -45,11 +47,32 @@ def test_bf16_models_get_the_op_on_bf16_data():
     assert helper.get_attribute_value(cast.attribute[0]) == TensorProto.BFLOAT16
 
 
-@pytest.mark.parametrize("target", ["ort-cpu", "tensorrt"])
-def test_other_targets_keep_the_transpose(target):
-    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.resnet_tiny()), target=target)
-    assert report.canonicalized[REWRITE] == 0 and OP_TYPE not in ops(optimized)
-    assert "Transpose" in ops(optimized)
+@pytest.mark.parametrize("build", [zoo.yolo_tiny, zoo.resnet_tiny])
+def test_ort_cpu_models_get_the_op_with_the_same_result(build):
+    original = onnx.shape_inference.infer_shapes(build())
+    optimized, report = optimize_model(original, target="ort-cpu", policy=FusionPolicy(mode="always"))
+    assert report.canonicalized[CPU_REWRITE] == 1
+    layout = next(n for n in optimized.graph.node if n.op_type == OP_TYPE)
+    assert layout.input[0] == optimized.graph.input[0].name
+    result = verify(original, optimized)
+    assert result["passed"], result
+
+
+def test_one_channel_input_keeps_the_transpose_on_ort_cpu():
+    """ORT copies a one-channel NCHW→NHWC Transpose as the reshape it is; the op would be 0.9x."""
+    def build(g, x):
+        return g.conv(x, 1, 8, 3)
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build, channels=1, size=10))
+    optimized, report = optimize_model(model, target="ort-cpu", policy=FusionPolicy(mode="always"))
+    assert report.canonicalized[CPU_REWRITE] == 0 and "Transpose" in ops(optimized)
+    optimized, report = optimize_model(model, target="ort-cuda")
+    assert report.canonicalized[REWRITE] == 1
+
+
+def test_tensorrt_keeps_the_transpose():
+    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.resnet_tiny()), target="tensorrt")
+    assert OP_TYPE not in ops(optimized) and "Transpose" in ops(optimized)
 
 
 def test_many_channel_input_keeps_the_transpose():
@@ -71,7 +94,8 @@ def _layout_model(dtype: int, shape, name="to_nhwc"):
 
 
 @pytest.mark.parametrize("dtype,np_dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)])
-@pytest.mark.parametrize("shape", [(2, 3, 7, 5), (1, 1, 4, 9), (3, 8, 1, 1), (1, 5, 3, 2)])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 5), (1, 1, 4, 9), (3, 8, 1, 1), (1, 5, 3, 2), (1, 2, 6, 3), (2, 4, 3, 5),
+                                   (1, 6, 2, 2), (1, 7, 3, 1), (2, 12, 5, 3), (2, 3, 37, 301), (1, 3, 0, 4)])
 def test_the_op_transposes_exactly(dtype, np_dtype, shape):
     x = np.random.default_rng(1).standard_normal(shape).astype(np_dtype)
     sess = ort.InferenceSession(_layout_model(dtype, shape).SerializeToString(), session_options(),

@@ -131,9 +131,11 @@ def test_random_conv_graph_optimizes_correctly_without_duplicate_work(model):
     after = Counter(n.op_type for n in optimized.graph.node)
     # every conv is computed exactly once, and no op runs more often than before
     assert after[contract.OP_TYPE] + after["Conv"] == before["Conv"]
+    # on ort-cpu a HardSwish the exporter wrote as several nodes becomes the one op (fewer passes)
+    one_op = sum(n for rewrite, n in report.canonicalized.items() if rewrite.startswith("HardSwish written as"))
     for op, count in after.items():
-        if op not in ("Transpose", contract.OP_TYPE, "Mul", "Add", "Identity"):
-            assert count <= before[op], (op, count, before[op])
+        if op not in ("Transpose", "NchwToNhwc", contract.OP_TYPE, "Mul", "Add", "Identity"):
+            assert count <= before[op] + (one_op if op in ("HardSwish", "HardSigmoid") else 0), (op, count, before[op])
     # Mul/Add may appear for a BN whose conv output had another consumer (Mul+Add), never more
     assert after["Mul"] + after["Add"] <= before["Mul"] + before["Add"] + 2 * before["BatchNormalization"]
     onnx.checker.check_model(optimized)

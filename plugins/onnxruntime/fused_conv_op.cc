@@ -37,12 +37,8 @@ struct FusedConvCpuKernel {
       if (s.ok()) {
         T* y = Y.Allocate({p.N, p.P(), p.Q(), p.K});
         const Ort::KernelContext ctx(context);
-        const epifuse::ParallelFor on_ort_threads = [&ctx](int64_t n, const std::function<void(int64_t)>& body) {
-          ctx.ParallelFor([](void* fn, size_t i) { (*static_cast<const std::function<void(int64_t)>*>(fn))(i); },
-                          static_cast<size_t>(n), 0, const_cast<std::function<void(int64_t)>*>(&body));
-        };
         s = cpu_.run(p, X.DataRaw(), W.DataRaw(), w_constant_, B.DataRaw(), z ? z->DataRaw() : nullptr, y,
-                     on_ort_threads);
+                     ort_threads(ctx));
       }
       if (!s.ok()) return node_.error(s.message());
     } catch (const std::exception& e) {

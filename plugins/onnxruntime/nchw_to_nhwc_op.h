@@ -1,5 +1,5 @@
 // epifuse::NchwToNhwc: Y [N,H,W,C] = X [N,C,H,W] transposed, T in {float, float16, bfloat16}. The
-// optimizer writes it for ort-cuda in place of the Transpose that takes a few-channel graph input
+// optimizer writes it for ort-cuda and ort-cpu in place of the Transpose that takes a few-channel graph input
 // into an NHWC region (optimizer/passes/input_layout.py). Node glue shared by its CPU and CUDA kernels.
 #pragma once
 #include <string>

@@ -6,11 +6,13 @@
 #undef ORT_API_MANUAL_INIT
 #include "onnxruntime_lite_custom_op.h"
 
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
 
 #include "conv_problem.h"
+#include "parallel.h"
 #include "status.h"
 
 namespace epifuse::ort {
@@ -83,6 +85,15 @@ inline Status require_inputs(const Ort::ConstKernelInfo& info, std::initializer_
 // Whether optional input i is there: present and not named "" (ORT gives such an input no tensor).
 inline bool has_input(const Ort::ConstKernelInfo& info, size_t i) {
   return info.GetInputCount() > i && !info.GetInputName(i).empty();
+}
+
+// The core's ParallelFor on ORT's intra-op thread pool, so a session's intra_op_num_threads holds.
+// Valid while `ctx` is.
+inline epifuse::ParallelFor ort_threads(const Ort::KernelContext& ctx) {
+  return [&ctx](int64_t n, const std::function<void(int64_t)>& body) {
+    ctx.ParallelFor([](void* fn, size_t i) { (*static_cast<const std::function<void(int64_t)>*>(fn))(i); },
+                    static_cast<size_t>(n), 0, const_cast<std::function<void(int64_t)>*>(&body));
+  };
 }
 
 inline std::string describe_node(const Ort::ConstKernelInfo& info, const char* op_type = "FusedConv") {
