@@ -32,6 +32,7 @@ from .passes.save import umask
 from .registry import ConvDesc
 
 COSTS_FORMAT = "epifuse-costs/1"
+TIMES = ("ours_us", "runtime_us", "reorder_in_us", "reorder_out_us")  # an entry's numbers; the last two optional
 
 
 # The patterns of a small global average pool inside an NHWC region, which pool_as_conv would give to
@@ -79,12 +80,17 @@ def transpose_key(shape, dtype: str) -> str:
 
 @dataclass(frozen=True)
 class Timing:
-    """Microseconds per call of the FusedConv and of the runtime's own nodes, and where they come from."""
+    """Microseconds per call of the FusedConv and of the runtime's own nodes, and where they come from.
+    `reorder_in_us`, `reorder_out_us`: ONNX Runtime's CPU EP moving the group's input into its NCHWc
+    layout and its output out of it, not in `runtime_us`: the runtime's cost only where the model
+    reorders there too (optimizer.measure)."""
 
     ours_us: float
     runtime_us: float
     source: str
     batch: int = 0
+    reorder_in_us: float = 0.0
+    reorder_out_us: float = 0.0
 
 
 @dataclass
@@ -109,8 +115,7 @@ class CostTable:
         table = cls()
         for i, e in enumerate(data.get("measurements", [])):
             try:
-                table.entries[(e["device"], e["library"], e["key"])] = {
-                    k: float(e[k]) for k in ("ours_us", "runtime_us") if k in e}
+                table.entries[(e["device"], e["library"], e["key"])] = {k: float(e[k]) for k in TIMES if k in e}
             except (KeyError, TypeError, ValueError):
                 raise EpifuseError(f"measurement {i} lacks device, library, key or a number", path=str(path)) from None
         return table
@@ -176,7 +181,8 @@ class FileCosts(Costs):
         v = self.by_key.get(group.key)
         if v is None or "ours_us" not in v or "runtime_us" not in v:
             return None
-        return Timing(v["ours_us"], v["runtime_us"], f"costs file ({self.device})", group.desc.N)
+        return Timing(v["ours_us"], v["runtime_us"], f"costs file ({self.device})", group.desc.N,
+                      v.get("reorder_in_us", 0.0), v.get("reorder_out_us", 0.0))
 
     def transpose_us(self, shape, dtype: str) -> float | None:
         v = self.by_key.get(transpose_key(shape, dtype))
@@ -217,6 +223,8 @@ class MeasuredCosts(Costs):
 
     def group_timing(self, group: FusionGroup) -> Timing | None:
         v = self._lookup(group.key)
+        if v is not None and getattr(self.timer, "times_reorders", False) and "reorder_in_us" not in v:
+            v = None  # cached before reorders were timed: measured again
         if v is None:
             if not self._in_budget():
                 return None
@@ -225,7 +233,8 @@ class MeasuredCosts(Costs):
                 self.progress(f"measuring {group.name} at batch {group.desc.N} "
                               f"({self.clock() - self.started:.0f} s of {self.budget_s:g} s)")
             try:
-                ours, runtime = self.timer.group_times(group)
+                # (ours, runtime) or, from a timer that times reorders, (ours, runtime, (in, out))
+                ours, runtime, *reorders = self.timer.group_times(group)
                 # a win is measured again and kept as the worse of the two (on a small layer noise alone can
                 # make one reading a win), unless the timer already read it several times
                 if ours < runtime and not getattr(self.timer, "confirms_wins", False):
@@ -237,9 +246,12 @@ class MeasuredCosts(Costs):
             finally:
                 self.seconds += self.clock() - start
             v = {"ours_us": ours, "runtime_us": runtime}
+            if reorders:
+                v["reorder_in_us"], v["reorder_out_us"] = reorders[0]
             self.cache.entries[(self.timer.device, self.timer.library, group.key)] = v
         self.measured[group.key] = v
-        return Timing(v["ours_us"], v["runtime_us"], f"measured ({self.timer.device})", group.desc.N)
+        return Timing(v["ours_us"], v["runtime_us"], f"measured ({self.timer.device})", group.desc.N,
+                      v.get("reorder_in_us", 0.0), v.get("reorder_out_us", 0.0))
 
     def transpose_us(self, shape, dtype: str) -> float | None:
         key = transpose_key(shape, dtype)

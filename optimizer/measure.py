@@ -6,6 +6,9 @@ epifuse library runs), with the group's real weights in the dtype it will run in
 
 - CPU EP: ONNX Runtime's profiler gives each node's kernel time, so the layout glue ORT adds around
   a lone conv (NCHWc ReorderInput/ReorderOutput) is left out, as it is inside a real model's regions.
+  The reorders of the group's input and output are timed apart: where the whole model reorders them
+  too (`OrtCpuTimer.reordered_tensors`: an NCHWc conv next to an op ORT runs in NCHW, as around every
+  squeeze-excite Mul), they are the runtime's cost of that group and go when it is fused.
   The two micro-models run interleaved; sampling stops early once the two sides clearly differ.
 - CUDA EP: CUDA-graph replays, timed on the host, the two sides interleaved; each side holds k
   independent copies of the group in one graph, and the fixed cost of a replay is taken off before
@@ -261,9 +264,24 @@ class OrtCpuTimer:
         self.library = f"onnxruntime {ort.__version__} cpu, epifuse {__version__} {_build_of(ORT_LIBRARY)}"
         self._worker = None
 
-    def time_pair(self, a: bytes, b: bytes, dtype: str, skip_ops=LAYOUT_GLUE) -> tuple[float, float]:
+    times_reorders = True  # group_times gives (ours, runtime, (reorder in, reorder out))
+
+    def time_pair(self, a: bytes, b: bytes, dtype: str, skip_ops=LAYOUT_GLUE,
+                  edges: tuple | None = None) -> tuple[float, float] | tuple[float, float, float, float]:
         """Median kernel time per run (µs) of two serialized micro-models, run interleaved; nodes of
-        the ops in `skip_ops` (and the residual's source) are not counted."""
+        the ops in `skip_ops` (and the residual's source) are not counted. With `edges` (the shapes of
+        model a's input and output), also model a's ReorderInput of that input and ReorderOutput of
+        that output (µs, 0 where ORT puts none)."""
+        return self._request((a, b, dtype, tuple(skip_ops), edges))
+
+    def reordered_tensors(self, model: bytes) -> tuple[set[str], set[str]]:
+        """The tensors of `model` that ONNX Runtime's CPU EP reorders into its blocked NCHWc layout
+        (ReorderInput reads them) and out of it (ReorderOutput writes them), under its default graph
+        optimizations: where an NCHWc region meets an op ORT runs in NCHW."""
+        into, out_of = self._request(("reordered", model))
+        return set(into), set(out_of)
+
+    def _request(self, request: tuple):
         import multiprocessing
 
         if self._worker is None:
@@ -274,7 +292,7 @@ class OrtCpuTimer:
             self._worker = (process, parent)
         process, conn = self._worker
         try:
-            conn.send((a, b, dtype, tuple(skip_ops)))
+            conn.send(request)
             result = conn.recv()
         except (EOFError, OSError, BrokenPipeError):
             process.join(timeout=5)
@@ -298,8 +316,9 @@ class OrtCpuTimer:
         # serialized one at a time: a large layer's weights are copied into each model while it is built
         runtime = runtime_model(group, residual_source=True).SerializeToString()
         ours = fused_model(group).SerializeToString()
-        runtime_us, ours_us = self.time_pair(runtime, ours, group.dtype)
-        return ours_us, runtime_us
+        runtime_us, ours_us, reorder_in_us, reorder_out_us = self.time_pair(
+            runtime, ours, group.dtype, edges=(tuple(group.x_shape), tuple(group.y_shape)))
+        return ours_us, runtime_us, (reorder_in_us, reorder_out_us)
 
     def transpose_times(self, shape, dtype: str) -> float:
         m = transpose_model(shape, dtype).SerializeToString()
@@ -336,7 +355,13 @@ def _serve_cpu_requests(conn, folder: str, ort, session_options) -> None:
         request = conn.recv()
         if request is None:
             return
-        data_a, data_b, dtype, skip_ops = request
+        if request[0] == "reordered":
+            try:
+                conn.send(_reordered_tensors(request[1], folder, ort, session_options))
+            except Exception as e:  # noqa: BLE001 (a model ORT refuses: no reorders known, nothing else lost)
+                conn.send(str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+            continue
+        data_a, data_b, dtype, skip_ops, edges = request
         try:
             sessions = [session(d) for d in (data_a, data_b)]
             feeds = [{i.name: _random([d if isinstance(d, int) else 1 for d in i.shape], dtype, rng)
@@ -352,13 +377,16 @@ def _serve_cpu_requests(conn, folder: str, ort, session_options) -> None:
                 if run >= MIN_RUNS and (_clearly_apart(walls) or time.perf_counter() - start > GROUP_SECONDS):
                     break
             times = []
-            for s in sessions:
+            for i, s in enumerate(sessions):
                 path = s.end_profiling()
                 with open(path) as f:
                     events = json.load(f)
                 os.unlink(path)
                 times.append(_median_run_us(events, skip_ops))
-            conn.send(tuple(times))
+                if i == 0 and edges is not None:
+                    reorders = (_median_reorder_us(events, "ReorderInput", edges[0]),
+                                _median_reorder_us(events, "ReorderOutput", edges[1]))
+            conn.send(tuple(times) + (reorders if edges is not None else ()))
         except Exception as e:  # noqa: BLE001 (ORT refusing a micro-model: the group goes to the static policy)
             conn.send(str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
 
@@ -386,6 +414,48 @@ def _median_run_us(events: list[dict], skip_ops) -> float:
     if not totals:
         raise RuntimeError("ONNX Runtime's profile holds no runs")
     return float(statistics.median(totals))
+
+
+def _median_reorder_us(events: list[dict], op: str, shape: tuple) -> float:
+    """The median over runs of the time of one `op` node (ReorderInput or ReorderOutput) moving a
+    tensor of `shape` (the mean where a run has several, as for a residual the size of the input)."""
+    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session"
+                  and e.get("name") == "model_run")[1:]
+    sums, counts = [0.0] * len(runs), [0] * len(runs)
+    for e in events:
+        args = e.get("args", {})
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time") or args.get("op_name") != op:
+            continue
+        shapes = args.get("input_type_shape" if op == "ReorderInput" else "output_type_shape") or [{}]
+        if tuple(next(iter(shapes[0].values()), ())) != tuple(shape):
+            continue
+        for i, (begin, end) in enumerate(runs):
+            if begin <= e["ts"] <= end:
+                sums[i] += e["dur"]
+                counts[i] += 1
+                break
+    return float(statistics.median(s / c if c else 0.0 for s, c in zip(sums, counts))) if runs else 0.0
+
+
+def _reordered_tensors(model: bytes, folder: str, ort, session_options) -> tuple[list[str], list[str]]:
+    """`OrtCpuTimer.reordered_tensors`, in the measuring process: ORT writes the model as it would run
+    it (weights to a file of their own, left unread) and the reorders' outer tensors are read off."""
+    optimized = os.path.join(folder, "reordered.onnx")
+    so = session_options(allow_spinning=False)
+    so.log_severity_level = 4  # ORT warns that the written model is for this machine only: it is
+    so.optimized_model_filepath = optimized
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "reordered.weights")
+    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    try:
+        graph = onnx.load(optimized, load_external_data=False).graph
+    finally:
+        for name in ("reordered.onnx", "reordered.weights"):
+            if os.path.exists(os.path.join(folder, name)):
+                os.unlink(os.path.join(folder, name))
+    into = [n.input[0] for n in graph.node if n.op_type == "ReorderInput"]
+    out_of = [n.output[0] for n in graph.node if n.op_type == "ReorderOutput"]
+    return into, out_of
 
 
 def _cpu_name() -> str:

@@ -1,6 +1,6 @@
 """The optimizer pipeline: load → canonicalize → shape arithmetic to constants → fold BN → fold per-channel
 affines → activation ops (ort-cpu) → fuse → small pools as convs, fused → layout → unfolded BNs back to
-BatchNormalization (fp32) → NHWC pools → precision → input layout (ort-cuda) → cleanup → whole-model check
+BatchNormalization (fp32) → NHWC pools → precision → input layout (ORT) → cleanup → whole-model check
 (where fusions were measured here) → save."""
 from __future__ import annotations
 
@@ -539,6 +539,14 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
                             "convs do by default; --precision fp32-strict keeps fp32 accuracy")
     if progress is not None and isinstance(decider.costs, MeasuredCosts):
         decider.costs.progress = progress  # minutes of measuring on a GPU: say which candidate is timed
+    reader, own_reader = _reorder_reader(decider, target)
+    if reader is not None:
+        with _timed(report, "runtime_layout", progress, free_memory, decider.costs):
+            try:
+                decider.reordered = _runtime_reorders(graph, template, reader, report)
+            finally:
+                if own_reader:
+                    reader.close()
     with _timed(report, "fc_as_conv", progress, free_memory, decider.costs):  # before fusion: its convs fuse
         graph = fc_as_conv(graph, report, target, decider, kernel_query)
     with _timed(report, "matmul_as_conv", progress, free_memory, decider.costs):  # before fold_affine: a scale folds
@@ -587,6 +595,39 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     report.nodes_after = len(out.structure.graph.node)
     report.ops_after = _op_counts(out.structure)
     return out, report
+
+
+def _reorder_reader(decider: Decider, target: str) -> tuple[object | None, bool]:
+    """What reads the runtime's layout reorders of a model for `decider`, and whether it is the caller's
+    to close: the decider's timer where that reads them, or for ort-cpu times from a costs file, ONNX
+    Runtime's CPU EP here (the target's own runtime)."""
+    if decider.mode != "auto":
+        return None, False
+    timer = getattr(decider.costs, "timer", None)
+    if hasattr(timer, "reordered_tensors"):
+        return timer, False
+    if target == "ort-cpu" and isinstance(decider.costs, FileCosts):
+        from .measure import OrtCpuTimer  # noqa: PLC0415 (onnxruntime loads on first use)
+
+        return OrtCpuTimer(), True
+    return None, False
+
+
+def _runtime_reorders(graph: gs.Graph, template: onnx.ModelProto, timer, report: Report) -> tuple[set, set]:
+    """The tensors the runtime reorders into and out of its blocked layout in the model as the passes
+    have it before fusion (Decider.with_reorders); none where the model is too large to hand to a second
+    session or the runtime refuses it (the report says so)."""
+    weights = sum(t.values.nbytes for t in graph.tensors().values() if isinstance(t, gs.Constant))
+    if weights > MODEL_CHECK_MAX_BYTES:
+        report.notes.append(f"the runtime's layout reorders not read: {weights / 2**30:.1f} GiB of weights")
+        return set(), set()
+    try:
+        model = gs.export_onnx(graph, do_type_check=False)
+        model.ir_version = template.ir_version
+        return timer.reordered_tensors(model.SerializeToString())
+    except Exception as e:  # noqa: BLE001 (the decisions then leave the reorders out, as before)
+        report.notes.append(f"the runtime's layout reorders not read: {_first_line(e)}")
+        return set(), set()
 
 
 def _overridable_initializers(graph: gs.Graph, template: onnx.ModelProto) -> dict:

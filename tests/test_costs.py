@@ -130,3 +130,31 @@ def test_export_costs_needs_measuring_here(tmp_path):
     with pytest.raises(EpifuseError, match="--export-costs needs measuring"):
         optimize_model(model, target="tensorrt", policy=FusionPolicy(mode="auto", export_costs=str(tmp_path / "c.json")))
     assert not (tmp_path / "c.json").exists()
+
+
+def test_an_ort_cpu_costs_file_carries_the_reorder_times_and_gives_the_same_decisions(tmp_path):
+    """On ort-cpu a costs file keeps each group's reorder times; the reading machine finds where the
+    model reorders with its own ONNX Runtime (the target's), as the measuring machine did."""
+    from optimizer.measure import OrtCpuTimer
+    from tests.test_decide import ReorderTimer
+
+    model, (a, b) = _chain(2, pool_between=True)
+    times, reorders = {a: (104.0, 100.0), b: (300.0, 100.0)}, {a: (5.0, 6.0), b: (7.0, 8.0)}
+    probe = ReorderTimer(times, reorders)
+    optimize_model(model, target="ort-cpu", policy=FusionPolicy(mode="auto", timer=probe, model_check=False,
+                                                                cache_path=str(tmp_path / "probe.json")))
+    reader = OrtCpuTimer()
+    try:
+        real = reader.reordered_tensors(probe.models[0].SerializeToString())  # what ORT here says of it
+    finally:
+        reader.close()
+    export = tmp_path / "cpu.json"
+    _, measured = optimize_model(model, target="ort-cpu", policy=FusionPolicy(
+        mode="auto", timer=ReorderTimer(times, reorders, real), model_check=False,
+        cache_path=str(tmp_path / "a-cache.json"), export_costs=str(export)))
+    rows = [m for m in json.loads(export.read_text())["measurements"] if not m["key"].startswith("Transpose")]
+    assert sorted((m["reorder_in_us"], m["reorder_out_us"]) for m in rows) == [(5.0, 6.0), (7.0, 8.0)]
+    _, from_file = optimize_model(model, target="ort-cpu", policy=FusionPolicy(
+        mode="auto", costs_file=str(export), model_check=False))
+    assert _decisions(from_file) == _decisions(measured)
+    assert [d.runtime_us for d in from_file.decisions] != [[100.0], [100.0]]  # ORT reorders the model's input

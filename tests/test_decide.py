@@ -931,3 +931,66 @@ def test_where_the_measured_choice_loses_the_model_with_every_candidate_fused_is
         feeds = feeds_for(model)
         np.testing.assert_allclose(run_ort(optimized, feeds, library=True)[0], run_ort(model, feeds)[0],
                                    rtol=1e-4, atol=1e-5)
+
+
+class ReorderTimer(FakeTimer):
+    """A CPU timer that also times the runtime's reorders of each group's input and output
+    (`reorders[name] = (in_us, out_us)`) and says which tensors the model reorders (`reordered`)."""
+
+    times_reorders = True
+
+    def __init__(self, times: dict, reorders: dict, reordered=(set(), set())):
+        super().__init__(times)
+        self.reorders, self.reordered = reorders, reordered
+        self.models = []
+
+    def group_times(self, group):
+        return (*super().group_times(group), self.reorders[group.name])
+
+    def reordered_tensors(self, model: bytes):
+        self.models.append(onnx.load_from_string(model))
+        return self.reordered
+
+
+def _edges(model, conv):
+    """The input of conv `conv` and the output of the Relu after it (past its BatchNormalization): the
+    group's x and y."""
+    node = next(n for n in model.graph.node if n.name == conv)
+    t = node.output[0]
+    while (node := next(n for n in model.graph.node if t in n.input)).op_type != "Relu":
+        t = node.output[0]
+    return next(n for n in model.graph.node if n.name == conv).input[0], node.output[0]
+
+
+@pytest.mark.parametrize("reordered_edge, fused", [("none", False), ("input", True), ("output", True)])
+def test_the_runtimes_reorders_at_a_candidates_edges_count_on_its_side_where_the_model_has_them(
+        tmp_path, reordered_edge, fused):
+    """10% slower alone; the runtime's 20 µs reorder of its input (or output) goes with fusing it, but
+    only where the whole model reorders there."""
+    model, (a, b) = _chain(2, pool_between=True)
+    x, y = _edges(model, a)
+    reordered = {"none": (set(), set()), "input": ({x}, set()), "output": (set(), {y})}[reordered_edge]
+    timer = ReorderTimer({a: (110.0, 100.0), b: (300.0, 100.0)}, {a: (20.0, 20.0), b: (1.0, 1.0)}, reordered)
+    _, report = _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=False)
+    decisions = {d.node: d for d in report.decisions}
+    assert decisions[a].fused == fused and not decisions[b].fused
+    assert decisions[a].runtime_us == [120.0 if fused else 100.0]
+    assert ("reorders here counted" in decisions[a].reason) == fused
+    # what the timer was asked about: the model as the fuse pass saw it, its convs not yet fused
+    (seen,) = timer.models
+    assert [n.op_type for n in seen.graph.node].count("Conv") == 2
+
+
+def test_a_cached_time_without_the_reorders_is_measured_again_by_a_timer_that_reads_them(tmp_path):
+    model, (a, b) = _chain(2, pool_between=True)
+    _optimize(model, FakeTimer({a: (10.0, 20.0), b: (30.0, 20.0)}), tmp_path=tmp_path, target="ort-cpu",
+              precision="fp32", model_check=False)
+    timer = ReorderTimer({a: (10.0, 20.0), b: (30.0, 20.0)}, {a: (1.0, 2.0), b: (3.0, 4.0)})
+    _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=False)
+    assert {name for name, _ in timer.calls} == {a, b}
+    entries = {k: v for (_, _, k), v in CostTable.load(tmp_path / "cache.json").entries.items()
+               if not k.startswith("Transpose")}
+    assert sorted((v["reorder_in_us"], v["reorder_out_us"]) for v in entries.values()) == [(1.0, 2.0), (3.0, 4.0)]
+    again = ReorderTimer({}, {})  # raises KeyError if asked: the cache now has them
+    _optimize(model, again, tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=False)
+    assert again.calls == []

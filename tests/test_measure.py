@@ -131,7 +131,7 @@ def test_micro_models_run_in_the_precision_the_model_will_run_in(tmp_path):
 
 def test_the_cpu_timer_times_both_sides(tmp_path):
     (group,) = _groups(PATTERNS["pre_residual_relu"], tmp_path)
-    ours, runtime = group.cpu_times
+    ours, runtime, _ = group.cpu_times
     assert ours > 0 and runtime > 0
     timer = OrtCpuTimer()
     assert timer.transpose_times(group.x_shape, "fp32") > 0
@@ -167,10 +167,60 @@ def test_each_measuring_session_profiles_to_a_file_of_its_own(monkeypatch):
     worker.start()
     m = transpose_model((1, 4, 3, 3), "fp32").SerializeToString()
     for _ in range(2):
-        parent.send((m, m, "fp32", ()))
+        parent.send((m, m, "fp32", (), None))
         times = parent.recv()
         assert not isinstance(times, str), times
     parent.send(None)
     worker.join(timeout=30)
     assert len(prefixes) == 4 and len(set(prefixes)) == 4
     assert not worker.is_alive() and not os.path.exists(os.path.dirname(prefixes[0]))  # nothing left in /tmp
+
+
+def _se_block(channels=32, size=14):
+    """conv → Relu → squeeze-excite gate → broadcast Mul → conv: ORT's CPU EP runs the convs in NCHWc
+    and the Mul in NCHW, so it reorders the Relu's output out of NCHWc and the Mul's output back in."""
+    def build(g, x):
+        with g.scope("expand"):
+            y = g.op("Relu", [g.conv(x, channels, channels, 3)])
+        gate = g.op("Sigmoid", [g.conv(g.op("GlobalAveragePool", [y]), channels, channels, 1)])
+        with g.scope("project"):
+            return g.conv(g.op("Mul", [y, gate]), channels, channels, 1)
+
+    return onnx.shape_inference.infer_shapes(conv_net(build, channels=channels, size=size))
+
+
+def test_the_cpu_timer_reads_where_a_model_leaves_and_enters_nchwc():
+    model = _se_block()
+    relu, mul, pool = (next(n for n in model.graph.node if n.op_type == op) for op in ("Relu", "Mul", "GlobalAveragePool"))
+    timer = OrtCpuTimer()
+    try:
+        into, out_of = timer.reordered_tensors(model.SerializeToString())
+    finally:
+        timer.close()
+    assert relu.output[0] in out_of and mul.output[0] in into
+    assert model.graph.input[0].name in into  # the graph's NCHW input
+    assert pool.output[0] not in into | out_of  # pool and gate conv both run NCHWc
+
+
+def test_the_cpu_timer_times_a_groups_input_and_output_reorders_apart(tmp_path):
+    """A lone 32-channel conv: ORT reorders its input into NCHWc and its output out of it; those times
+    come apart from the runtime's kernel time, which leaves them out."""
+    def build(g, x):
+        return g.op("Relu", [g.conv(x, 32, 32, 3)])
+
+    captured = []
+
+    class Capture(_Capture):
+        def group_times(self, group):
+            timer = OrtCpuTimer()
+            try:
+                captured.append(timer.group_times(group))
+            finally:
+                timer.close()
+            return 2.0, 1.0
+
+    model = onnx.shape_inference.infer_shapes(conv_net(build, channels=32, size=28, batch=1))
+    optimize_model(model, target="ort-cpu", policy=FusionPolicy(mode="auto", timer=Capture(),
+                                                                cache_path=str(tmp_path / "c.json")))
+    (ours, runtime, (reorder_in, reorder_out)), = captured
+    assert ours > 0 and runtime > 0 and reorder_in > 0 and reorder_out > 0
