@@ -101,6 +101,11 @@ GEOMETRY = {
     "channel_pieces_one_row": ((1, 1, 9, 48, 96, 3, 3), dict(pads=(1, 1, 1, 1), residual="pre", activation="relu")),
     "channel_pieces_stride2": ((1, 14, 14, 64, 128, 3, 3), dict(strides=(2, 2), pads=(1, 1, 1, 1),
                                                                  activation="silu", residual="post")),
+    # one pixel, filters large enough to split for (a squeeze-excite gate): uneven output-channel pieces
+    # of multiples of 16, 128 + 112 and 112 + 88
+    "channel_pieces_uneven_se_gate": ((1, 1, 1, 960, 240, 1, 1), dict(activation="relu")),
+    "channel_pieces_uneven_residual": ((1, 1, 1, 240, 200, 1, 1), dict(activation="hardsigmoid",
+                                                                       activation_params=(0.2, 0.5), residual="post")),
     # 1x1, unit stride, no padding: one GEMM over all the pixels of every image, cut evenly
     "pixel_pieces_batch3_7x7": ((3, 7, 7, 64, 48, 1, 1), dict(activation="silu", residual="post")),
     "pixel_pieces_grouped": ((1, 7, 7, 64, 64, 1, 1), dict(group=4, residual="pre", activation="relu")),

@@ -35,8 +35,13 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 using DataType = memory::data_type;
 
-// Below this many multiply-adds a chunked launch costs more than it saves.
+// Below this many multiply-adds a chunked launch costs more than it saves...
 constexpr int64_t kMinMacsToSplit = 1 << 18;
+// ...unless the filters are this large: in a model they come from memory, each layer's read once an
+// inference, and one thread streams them at half the speed two do. A squeeze-excite gate's 1x1 convs
+// on one pixel (MobileNetV3-Large's 960->240->960: 0.9 MB each) ran 2-3x slower in the model than in
+// a micro-model, where its filters stay in the cache between runs.
+constexpr int64_t kMinFilterBytesToSplit = 1 << 17;
 // How many of oneDNN's implementations for a problem are timed before the first run.
 constexpr size_t kTimedImplementations = 3;
 
@@ -106,11 +111,16 @@ Chunk rows_chunk(const ConvProblem& p, int64_t n0, int64_t nc, int64_t p0, int64
 }
 
 // Output rows that split unevenly over the threads (a 7x7 layer's 7 rows as 4 + 3 on two, 1 row
-// not at all) leave threads idle; a small image's output channels split evenly instead, each piece
-// computed into a dense buffer and copied out (1.15x on a 512-channel 3x3 at 7x7, 2 threads).
+// not at all) leave threads idle; a small image's output channels split instead, in pieces of a
+// multiple of 16 (oneDNN's channel block), each computed into a dense buffer and copied out (1.15x
+// on a 512-channel 3x3 at 7x7, 2 threads).
+int64_t channels_per_piece(const ConvProblem& p, int64_t threads) {
+  return ((p.K + threads - 1) / threads + 15) / 16 * 16;
+}
+
 bool split_channels(const ConvProblem& p, int64_t threads) {
   constexpr int64_t kMaxOutputBytes = 1 << 20;  // the copy stays cheap beside the convolution
-  if (p.N != 1 || p.attr.group != 1 || p.K % threads != 0 || (p.K / threads) % 16 != 0) return false;
+  if (p.N != 1 || p.attr.group != 1 || channels_per_piece(p, threads) >= p.K) return false;
   const int64_t P = p.P();
   const int64_t rows = (P + threads - 1) / threads;  // the busiest thread's rows
   return rows * threads * 20 > P * 21 && P * p.Q() * p.K * 4 <= kMaxOutputBytes;
@@ -118,15 +128,17 @@ bool split_channels(const ConvProblem& p, int64_t threads) {
 
 std::vector<Chunk> plan(const ConvProblem& p, int64_t threads) {
   const int64_t P = p.P();
-  const int64_t macs = p.N * P * p.Q() * p.K * p.R * p.S * (p.C / p.attr.group);
-  const bool split = threads > 1 && macs >= kMinMacsToSplit;
+  const int64_t filter_macs = p.K * p.R * p.S * (p.C / p.attr.group);
+  const int64_t macs = p.N * P * p.Q() * filter_macs;
+  const int64_t filter_bytes = filter_macs * static_cast<int64_t>(element_size(p.dtype));
+  const bool split = threads > 1 && (macs >= kMinMacsToSplit || filter_bytes >= kMinFilterBytesToSplit);
   std::vector<Chunk> chunks;
   if (split && split_channels(p, threads)) {
-    const int64_t kc = p.K / threads;
-    for (int64_t t = 0; t < threads; ++t) {
+    const int64_t kc = channels_per_piece(p, threads);
+    for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
       Chunk c = rows_chunk(p, 0, 1, 0, P);
-      c.k0 = t * kc;
-      c.kc = kc;
+      c.k0 = k0;
+      c.kc = std::min(kc, p.K - k0);
       chunks.push_back(c);
     }
   } else if (split && p.N < threads) {  // fewer images than threads: each image cut into row pieces
