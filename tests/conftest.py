@@ -2,7 +2,7 @@
 
 The tests of the rewrites fuse wherever a kernel exists (EPIFUSE_FUSE=always): what they check is the
 graph a fusion writes, not whether it pays on this machine. The cost decision has its own tests
-(test_decide.py, test_costs.py, test_never_slower.py), which choose the mode explicitly."""
+(test_decide.py, test_costs.py, test_measure.py), which choose the mode explicitly."""
 import os
 
 import pytest

@@ -240,14 +240,17 @@ def test_a_large_pool_becomes_a_fused_conv_only_where_measured_faster(tmp_path, 
         assert decisions[pool].reason == "slower"
 
 
-def test_a_measured_win_is_confirmed_by_a_second_reading(tmp_path):
-    model, (a, b) = _chain(2, pool_between=True)
-    timer = FakeTimer({a: [(5.0, 20.0), (30.0, 19.0)], b: [(5.0, 20.0), (6.0, 21.0)]})
+def test_a_measured_win_is_confirmed_by_a_second_reading_or_a_third_where_they_disagree(tmp_path):
+    model, (a, b, c) = _chain(3, pool_between=True)
+    timer = FakeTimer({a: [(5.0, 20.0), (30.0, 19.0), (31.0, 18.0)],  # a win, then two losses
+                       b: [(5.0, 20.0), (6.0, 21.0)],  # two wins: the worse of them
+                       c: [(5.0, 20.0), (40.0, 19.0), (7.0, 22.0)]})  # a slow spell in the second reading
     _, report = _optimize(model, timer, tmp_path=tmp_path)
     decisions = {d.node: d for d in report.decisions}
     assert not decisions[a].fused and decisions[a].ours_us == [30.0] and decisions[a].runtime_us == [19.0]
     assert decisions[b].fused and decisions[b].ours_us == [6.0] and decisions[b].runtime_us == [20.0]
-    assert timer.calls == [(a, 1), (a, 1), (b, 1), (b, 1)]
+    assert decisions[c].fused and decisions[c].ours_us == [7.0] and decisions[c].runtime_us == [20.0]
+    assert timer.calls == [(a, 1)] * 3 + [(b, 1)] * 2 + [(c, 1)] * 3
 
 
 def test_measuring_stops_at_the_budget_and_the_rest_follows_the_static_policy(tmp_path):
