@@ -11,6 +11,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
@@ -617,7 +618,8 @@ def _runtime_reorders(graph: gs.Graph, template: onnx.ModelProto, timer, report:
     """The tensors the runtime reorders into and out of its blocked layout in the model as the passes
     have it before fusion (Decider.with_reorders); none where the model is too large to hand to a second
     session or the runtime refuses it (the report says so)."""
-    weights = sum(t.values.nbytes for t in graph.tensors().values() if isinstance(t, gs.Constant))
+    weights = sum(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize  # from the shapes: nothing loaded
+                  for t in graph.tensors().values() if isinstance(t, gs.Constant))
     if weights > MODEL_CHECK_MAX_BYTES:
         report.notes.append(f"the runtime's layout reorders not read: {weights / 2**30:.1f} GiB of weights")
         return set(), set()

@@ -997,3 +997,15 @@ def test_a_cached_time_without_the_reorders_is_measured_again_by_a_timer_that_re
     again = ReorderTimer({}, {})  # raises KeyError if asked: the cache now has them
     _optimize(model, again, tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=False)
     assert again.calls == []
+
+
+def test_the_reorders_are_not_read_for_a_model_over_the_size_a_second_session_may_hold(tmp_path, monkeypatch):
+    from optimizer import pipeline
+
+    monkeypatch.setattr(pipeline, "MODEL_CHECK_MAX_BYTES", 16)
+    model, (a, b) = _chain(2, pool_between=True)
+    timer = ReorderTimer({a: (110.0, 100.0), b: (300.0, 100.0)}, {a: (20.0, 20.0), b: (1.0, 1.0)},
+                         ({_edges(model, a)[0]}, set()))
+    _, report = _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=False)
+    assert timer.models == [] and not any(d.fused for d in report.decisions)
+    assert any(n.startswith("the runtime's layout reorders not read:") and "GiB of weights" in n for n in report.notes)
