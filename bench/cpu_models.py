@@ -35,6 +35,10 @@ from optimizer.passes.load import load_model
 from optimizer.pipeline import FusionPolicy, optimize_file
 
 
+def _times(speedup: float) -> str:
+    return "-" if speedup != speedup else f"{speedup:.3f}x"  # NaN: not run
+
+
 def row(name: str, path: Path, work: Path, rounds: int, also_always: bool) -> dict:
     out = work / f"{name.replace('/', '_')}.epifuse.onnx"
     cache = work / f"{name.replace('/', '_')}.costs.json"  # empty: the optimizer's time includes measuring
@@ -111,7 +115,7 @@ def main() -> int:
         rows.append(row(name, path, work, args.rounds, args.also_always or args.profile))
         r = rows[-1]
         print(f"{name}: {r['speed-up']:.3f}x ({r['q1']:.3f}-{r['q3']:.3f}), fused {r['fused']}, "
-              f"optimize {r['optimize s']:.1f} s; fuse=always {r['always']:.3f}x", flush=True)
+              f"optimize {r['optimize s']:.1f} s; fuse=always {_times(r['always'])}", flush=True)
         if args.profile:
             print_profile(name, path, work / f"{name.replace('/', '_')}.always.onnx")
     header = (f"{_cpu_name()}, {len(os.sched_getaffinity(0))} threads, onnxruntime {ort.__version__}, epifuse "
@@ -119,7 +123,7 @@ def main() -> int:
     lines = [header, "", "| model | ORT ms | epifuse ms | speed-up | interquartile | fused | optimize s (measuring) | fuse=always |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['ort ms']:.2f} | {r['epifuse ms']:.2f} | {r['speed-up']:.3f}x | "
-              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['optimize s']:.1f} ({r['measure s']:.1f}) | {r['always']:.3f}x |"
+              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['optimize s']:.1f} ({r['measure s']:.1f}) | {_times(r['always'])} |"
               for r in rows]
     print("\n".join(lines))
     if args.markdown:

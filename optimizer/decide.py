@@ -229,7 +229,7 @@ class Decider:
         the model has them: fusing the group takes its edge out of the runtime's blocked region, so they
         go (EfficientNet-B0 on ORT's CPU EP: 0.7 of 8.4 ms are the reorders around its squeeze-excite
         Muls). Where the fused group meets a conv left to the runtime instead, the region step counts
-        the Transpose the layout pass puts there."""
+        the Transpose the layout pass puts there and the reorder the runtime then adds."""
         if timing is None:
             return None
         into, out_of = self.reordered
@@ -249,7 +249,7 @@ class Decider:
         batches = [t.batch for t in plans[measured[0]].verdict.timings]  # a static batch dim gives one
         variable = [i for i in measured if [t.batch for t in plans[i].verdict.timings] == batches]
         model = _RegionModel(graph, plans, variable, self.costs, batches, self.precision,
-                             lambda t, batch: self.shape_at(graph, t, batch))
+                             lambda t, batch: self.shape_at(graph, t, batch), self.reordered)
         local = {i for i, p in enumerate(plans) if p.verdict.fuse}
         fixed = local - set(variable)
         starts = [local, fixed | set(variable), fixed]
@@ -269,10 +269,13 @@ class Decider:
             if chosen != plans[i].verdict.fuse:
                 # per batch size: the choice weighs them all, so the report shows them all
                 saved = [model.transposes(best ^ {i}, b) - model.transposes(best, b) for b in range(len(batches))]
+                reorders = [model.reorders(best ^ {i}, b) - model.reorders(best, b) for b in range(len(batches))]
+                also = (f" and {' / '.join(f'{s:.1f}' for s in reorders)} µs of the runtime's reorders"
+                        if any(reorders) else "")
                 plans[i].verdict.fuse = chosen
                 plans[i].verdict.reason = (
                     f"{'slower' if chosen else 'faster'} alone; region: {' / '.join(f'{s:.1f}' for s in saved)} µs "
-                    f"of Transposes saved by {'fusing' if chosen else 'not fusing'} it at batch "
+                    f"of Transposes{also} saved by {'fusing' if chosen else 'not fusing'} it at batch "
                     f"{' / '.join(str(b) for b in batches)}")
 
     def _drop_isolated_static(self, graph: gs.Graph, plans: list) -> None:
@@ -312,14 +315,19 @@ def _layout_free(shape) -> bool:
 class _RegionModel:
     """The estimated time of a choice of fused candidates: their FusedConv times, the runtime's times for
     the others, and a Transpose for every tensor that crosses between the NHWC and NCHW parts, less the
-    model's own Transposes that cancel against the fused convs'. Only the
-    `variable` candidates' times count; the others' nodes still count for the layout."""
+    model's own Transposes that cancel against the fused convs'; and where such a tensor is the input or
+    output of a candidate left to the runtime, the reorder the runtime then needs there (ORT's CPU EP:
+    into or out of NCHWc), unless the model already has it (`reordered`: then it is in that candidate's
+    runtime time). Only the `variable` candidates' times count; the others' nodes still count for the
+    layout."""
 
     def __init__(self, graph: gs.Graph, plans: list, variable: list[int], costs: Costs, batches: list[int],
-                 dtype: str, shape_at):
+                 dtype: str, shape_at, reordered: tuple[set[str], set[str]] = (set(), set())):
         self.costs, self.batches, self.dtype, self.shape_at = costs, batches, dtype, shape_at
+        self.reordered = reordered
         self.node_lists = [p.nodes for p in plans]
         self.input_lists = [p.inputs for p in plans]
+        self.outputs = [p.output for p in plans]
         self.order = list(graph.nodes)
         self.graph_outputs = {id(t) for t in graph.outputs}
         self.transpose_cache: dict[tuple, float] = {}
@@ -398,8 +406,28 @@ class _RegionModel:
             return len(shape) == 4 and not _layout_free(shape)  # the layout pass moves only 4-D tensors
         return sum(sign for t, sign in self.crossing(fused) if moves(t))
 
+    def reorders(self, fused: set[int], batch_index: int = 0) -> float:
+        return self.runtime_reorders(fused, self.crossing(fused), batch_index)
+
     def transposes(self, fused: set[int], batch_index: int = 0) -> float:
         return sum(sign * self._transpose_us(t, self.batches[batch_index]) for t, sign in self.crossing(fused))
+
+    def runtime_reorders(self, fused: set[int], crossing: list[tuple[gs.Tensor, int]], batch_index: int) -> float:
+        """The runtime's reorders the crossing tensors add at the candidates left to it (µs)."""
+        into, out_of = self.reordered
+        extra = 0.0
+        for t, sign in crossing:
+            if sign < 0:
+                continue
+            for i, p in self.timed:
+                if i in fused:
+                    continue
+                timing = p.verdict.timings[batch_index]
+                if self.input_lists[i][0] is t and t.name not in into:
+                    extra += timing.reorder_in_us
+                if self.outputs[i] is t and t.name not in out_of:
+                    extra += timing.reorder_out_us
+        return extra
 
     def cost(self, fused: set[int]) -> float:
         crossing = self.crossing(fused)
@@ -407,5 +435,6 @@ class _RegionModel:
         for b, batch in enumerate(self.batches):
             groups = sum((p.verdict.timings[b].ours_us / FUSE_MARGIN if i in fused else p.verdict.timings[b].runtime_us)
                          for i, p in self.timed)
-            total += (groups + sum(sign * self._transpose_us(t, batch) for t, sign in crossing)) / self.scale[b]
+            edges = sum(sign * self._transpose_us(t, batch) for t, sign in crossing)
+            total += (groups + edges + self.runtime_reorders(fused, crossing, b)) / self.scale[b]
         return total

@@ -1009,3 +1009,22 @@ def test_the_reorders_are_not_read_for_a_model_over_the_size_a_second_session_ma
     _, report = _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=False)
     assert timer.models == [] and not any(d.fused for d in report.decisions)
     assert any(n.startswith("the runtime's layout reorders not read:") and "GiB of weights" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("model_reorders_there", [False, True])
+def test_region_counts_the_reorders_the_runtime_adds_beside_a_lone_fusion(tmp_path, model_reorders_there):
+    """c1 alone is 10% faster, but fused between c0 and c2 (left to ORT, slower fused) it takes its edges
+    out of ORT's NCHWc region: ORT then reorders c0's output out and c2's input in (20 µs each), more than
+    the fusion saves. Where the model already reorders there, those are in c0's and c2's times already."""
+    model, (c0, c1, c2) = _chain(3)
+    c1_x, c1_y = _edges(model, c1)
+    reordered = ({c1_y}, {c1_x}) if model_reorders_there else (set(), set())
+    timer = ReorderTimer({c0: (300.0, 100.0), c1: (90.0, 100.0), c2: (300.0, 100.0)},
+                         {c0: (5.0, 20.0), c1: (5.0, 5.0), c2: (20.0, 5.0)}, reordered)
+    _, report = _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=False)
+    decisions = {d.node: d for d in report.decisions}
+    assert not decisions[c0].fused and not decisions[c2].fused
+    assert decisions[c1].fused == model_reorders_there
+    if not model_reorders_there:
+        assert decisions[c1].reason == ("faster alone; region: 0.0 µs of Transposes and 40.0 µs of the runtime's "
+                                        "reorders saved by not fusing it at batch 1")
