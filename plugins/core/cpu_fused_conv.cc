@@ -40,24 +40,18 @@ CpuKernel cpu_kernel_from_environment() {
   return CpuKernel::kAuto;
 }
 
-CpuFusedConv::Direct CpuFusedConv::direct_for(const ConvProblem& p) const {
-  if (winograd_.supports(p)) return Direct::kWinograd;
-  if (depthwise_.supports(p)) return Direct::kDepthwise;
-  return Direct::kNone;
+DirectConv* CpuFusedConv::direct_for(const ConvProblem& p) {
+  for (DirectConv* d : {static_cast<DirectConv*>(&winograd_), static_cast<DirectConv*>(&depthwise_)})
+    if (d->supports(p)) return d;
+  return nullptr;
 }
 
-Status CpuFusedConv::run_direct(Direct d, const ConvProblem& p, const float* x, const float* w, bool w_constant,
-                                const float* b, const float* z, float* y, const ParallelFor& parallel_for) {
-  return d == Direct::kWinograd ? winograd_.run(p, x, w, w_constant, b, z, y, parallel_for)
-                                : depthwise_.run(p, x, w, w_constant, b, z, y, parallel_for);
-}
-
-Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_for, Direct* chosen) {
-  const Direct d = direct_for(p);
-  *chosen = Direct::kNone;
-  if (d == Direct::kNone || kernel_ == CpuKernel::kOnednn) return Status::Ok();
+Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_for, DirectConv** chosen) {
+  DirectConv* const d = direct_for(p);
+  *chosen = nullptr;
+  if (d == nullptr || kernel_ == CpuKernel::kOnednn) return Status::Ok();
   if (kernel_ == CpuKernel::kWinograd || kernel_ == CpuKernel::kDepthwise) {  // forced: that one, else oneDNN
-    const Direct forced = kernel_ == CpuKernel::kWinograd ? Direct::kWinograd : Direct::kDepthwise;
+    const DirectConv* forced = kernel_ == CpuKernel::kWinograd ? static_cast<DirectConv*>(&winograd_) : &depthwise_;
     if (d == forced) *chosen = d;
     return Status::Ok();
   }
@@ -65,7 +59,7 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = direct_chosen_.find(key);
-    if (it != direct_chosen_.end()) return *chosen = it->second ? d : Direct::kNone, Status::Ok();
+    if (it != direct_chosen_.end()) return *chosen = it->second ? d : nullptr, Status::Ok();
   }
   // Zeros: neither kernel's speed depends on the values. The filters count as constant, so the
   // transform or reorder of these scratch ones stays out of the timing (a real call, with other
@@ -88,21 +82,19 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
       [&] { return onednn_.run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for, &refused); }, 3,
       &onednn_s));
   EPIFUSE_RETURN_IF_ERROR(best_seconds(
-      [&] { return run_direct(d, p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for); }, 3,
+      [&] { return d->run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for); }, 3,
       &direct_s));
   const bool direct = refused || direct_s < onednn_s;
   // Both kept their copy of the scratch filters: the loser never runs this shape, so its copy (up to
   // 16/9 of the filters' size) would only take memory; the winner's is replaced at the first real run.
   if (direct) {
     onednn_.release_filters();
-  } else if (d == Direct::kWinograd) {
-    winograd_.release_filters();
   } else {
-    depthwise_.release_filters();
+    d->release_filters();
   }
   std::lock_guard<std::mutex> lock(mutex_);
   direct_chosen_[key] = direct;
-  *chosen = direct ? d : Direct::kNone;
+  *chosen = direct ? d : nullptr;
   return Status::Ok();
 }
 
@@ -112,12 +104,12 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
     bool empty = false;
     EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
     if (empty) return Status::Ok();
-    Direct direct = Direct::kNone;
+    DirectConv* direct = nullptr;
     EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for, &direct));
-    if (direct != Direct::kNone) {
-      return run_direct(direct, p, static_cast<const float*>(x), static_cast<const float*>(w), w_constant,
-                        static_cast<const float*>(b), static_cast<const float*>(z), static_cast<float*>(y),
-                        parallel_for);
+    if (direct != nullptr) {
+      return direct->run(p, static_cast<const float*>(x), static_cast<const float*>(w), w_constant,
+                         static_cast<const float*>(b), static_cast<const float*>(z), static_cast<float*>(y),
+                         parallel_for);
     }
     bool refused = true;
     EPIFUSE_RETURN_IF_ERROR(onednn_.run(p, x, w, w_constant, b, z, y, parallel_for, &refused));
@@ -129,13 +121,11 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
 Status CpuFusedConv::kernel_name(const ConvProblem& p, std::string* name) {
   *name = "reference";
   if (kernel_ == CpuKernel::kReference || p.N <= 0) return Status::Ok();
-  Direct direct = Direct::kNone;
+  DirectConv* direct = nullptr;
   EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for_threads, &direct));
   const std::string impl = onednn_.implementation(p);
-  if (direct == Direct::kWinograd) {
-    *name = winograd_.name();
-  } else if (direct == Direct::kDepthwise) {
-    *name = depthwise_.name();
+  if (direct != nullptr) {
+    *name = direct->name();
   } else if (!impl.empty()) {
     *name = "onednn " + impl;
   }

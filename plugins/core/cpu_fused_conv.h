@@ -37,13 +37,10 @@ class CpuFusedConv {
   Status kernel_name(const ConvProblem& p, std::string* name);
 
  private:
-  enum class Direct { kNone, kWinograd, kDepthwise };
-  // The direct kernel that can run `p` (at most one does), else kNone.
-  Direct direct_for(const ConvProblem& p) const;
-  Status run_direct(Direct d, const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
-                    const float* z, float* y, const ParallelFor& parallel_for);
-  // The direct kernel that runs `p`: forced, or timed against oneDNN once per shape; kNone for oneDNN.
-  Status choose(const ConvProblem& p, const ParallelFor& parallel_for, Direct* chosen);
+  // The direct kernel that can run `p` (at most one does), else null.
+  DirectConv* direct_for(const ConvProblem& p);
+  // The direct kernel that runs `p`: forced, or timed against oneDNN once per shape; null for oneDNN.
+  Status choose(const ConvProblem& p, const ParallelFor& parallel_for, DirectConv** chosen);
 
   CpuKernel kernel_;
   OnednnConv onednn_;

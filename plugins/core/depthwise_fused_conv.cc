@@ -47,8 +47,6 @@ int64_t lanes_of(VectorIsa isa) { return isa == VectorIsa::kAvx512 ? simd::Avx51
 
 }  // namespace
 
-DepthwiseConv::DepthwiseConv() : isa_(best_vector_isa()) {}
-
 bool DepthwiseConv::supports(const ConvProblem& p) const {
   const ConvAttributes& a = p.attr;
   return p.dtype == DType::kFloat && a.group == p.C && p.K == p.C && p.C > 0 && a.dil_h == 1 && a.dil_w == 1 &&
@@ -56,8 +54,6 @@ bool DepthwiseConv::supports(const ConvProblem& p) const {
 }
 
 std::string DepthwiseConv::name() const { return std::string("depthwise direct ") + isa_name(isa_); }
-
-void DepthwiseConv::release_filters() { filters_.release(); }
 
 Status DepthwiseConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
                           const float* z, float* y, const ParallelFor& parallel_for) {

@@ -5,38 +5,21 @@
 // Against oneDNN 3.2's brdgmm_dw (2 threads, Zen 4): ConvNeXt-T's 7x7 layers 1.05-1.34x, EfficientNet's
 // and MobileNet's 3x3 and 5x5 0.90-1.11x; CpuFusedConv times the two per shape and keeps the faster.
 #pragma once
-#include <string>
-
-#include "conv_problem.h"
-#include "cpu_isa.h"
-#include "parallel.h"
-#include "prepared_filters.h"
-#include "status.h"
+#include "direct_conv.h"
 
 namespace epifuse {
 
-// One per node, safe to run from several threads at once; the rearranged constant filters are kept.
-class DepthwiseConv {
+// Its prepared filters: [R * S][Cp] taps of constant filters, each row of channels padded to whole vectors.
+class DepthwiseConv final : public DirectConv {
  public:
-  DepthwiseConv();  // on the widest ISA of this CPU (EPIFUSE_CPU_ISA=avx2 caps it at AVX2)
-
   // fp32, group == C == K, dilation 1, on a CPU with AVX-512F or AVX2 and FMA.
-  bool supports(const ConvProblem& p) const;
+  bool supports(const ConvProblem& p) const override;
 
   // "depthwise direct avx512" or "... avx2".
-  std::string name() const;
+  std::string name() const override;
 
-  // As reference_fused_conv, for a problem `supports` accepts. `w_constant`: the filters are the
-  // same data on every call (an initializer), so their rearranged copy is kept.
   Status run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
-             const float* z, float* y, const ParallelFor& parallel_for);
-
-  // Drops the copy of constant filters (a later run makes it again).
-  void release_filters();
-
- private:
-  VectorIsa isa_;
-  PreparedFilters filters_;  // [R * S][Cp] taps of constant filters, each row of channels padded to whole vectors
+             const float* z, float* y, const ParallelFor& parallel_for) override;
 };
 
 }  // namespace epifuse

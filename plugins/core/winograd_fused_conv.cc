@@ -115,8 +115,6 @@ Geometry geometry(const ConvProblem& p, VectorIsa isa) {
 
 }  // namespace
 
-WinogradConv::WinogradConv() : isa_(best_vector_isa()) {}
-
 bool WinogradConv::supports(const ConvProblem& p) const {
   const ConvAttributes& a = p.attr;
   return p.dtype == DType::kFloat && p.R == 3 && p.S == 3 && a.stride_h == 1 && a.stride_w == 1 &&
@@ -124,8 +122,6 @@ bool WinogradConv::supports(const ConvProblem& p) const {
 }
 
 std::string WinogradConv::name() const { return std::string("winograd F(2x2,3x3) ") + isa_name(isa_); }
-
-void WinogradConv::release_filters() { filters_.release(); }
 
 Status WinogradConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
                          const float* z, float* y, const ParallelFor& parallel_for) {

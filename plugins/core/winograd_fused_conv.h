@@ -12,39 +12,21 @@
 // Filter transform in double, data transforms with coefficients 0, +-1 and +-1/2: the result is
 // within a few fp32 ulps of the direct convolution's (relative L2 1e-7 to 4e-7 against float64, measured).
 #pragma once
-#include <string>
-
-#include "conv_problem.h"
-#include "cpu_isa.h"
-#include "parallel.h"
-#include "prepared_filters.h"
-#include "status.h"
+#include "direct_conv.h"
 
 namespace epifuse {
 
-// One per node, safe to run from several threads at once; the transformed constant filters are
-// kept between calls.
-class WinogradConv {
+// Its prepared filters: U = G g G^T of constant filters, made at the first call.
+class WinogradConv final : public DirectConv {
  public:
-  WinogradConv();  // on the widest ISA of this CPU (EPIFUSE_CPU_ISA=avx2 caps it at AVX2)
-
   // fp32, 3x3, stride 1, dilation 1, one group, on a CPU with AVX-512F or AVX2 and FMA.
-  bool supports(const ConvProblem& p) const;
+  bool supports(const ConvProblem& p) const override;
 
   // "winograd F(2x2,3x3) avx512" or "... avx2".
-  std::string name() const;
+  std::string name() const override;
 
-  // As reference_fused_conv, for a problem `supports` accepts. `w_constant`: the filters are the
-  // same data on every call (an initializer), so their transform is kept.
   Status run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
-             const float* z, float* y, const ParallelFor& parallel_for);
-
-  // Drops the transform of constant filters (a later run makes it again).
-  void release_filters();
-
- private:
-  VectorIsa isa_;
-  PreparedFilters filters_;  // U = G g G^T of constant filters, made at the first call
+             const float* z, float* y, const ParallelFor& parallel_for) override;
 };
 
 }  // namespace epifuse
