@@ -15,17 +15,14 @@ from optimizer.contract import ACTIVATIONS
 from optimizer.runtime import session_options
 from tests.helpers import conv_inputs, cpu_flags
 from tests.test_cpu_onednn import PARAMS, _fused_conv_model
-from tests.test_cpu_winograd import TOL, _desc, _reference, isa  # noqa: F401 (isa: the fixture of both ISAs)
+from tests.test_cpu_winograd import TOL, _desc, _reference, check_kernel, isa  # noqa: F401 (isa: the fixture of both ISAs)
 
 pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= cpu_flags(), reason="the depthwise kernel needs AVX2 and FMA")
 
 
 def _check(isa, shape, **attrs):
     attrs.setdefault("group", shape[3])
-    x, w, b, z = conv_inputs(np.float32, shape, **attrs)
-    y = registry.cpu_fused_conv(x, w, b, z, kernel="depthwise", **attrs)
-    assert registry.cpu_kernel_name(_desc(shape, **attrs), "depthwise") == f"depthwise direct {isa}"
-    assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL
+    check_kernel("depthwise", f"depthwise direct {isa}", shape, **attrs)
 
 
 @pytest.mark.parametrize("residual", ["none", "pre", "post"])

@@ -45,11 +45,16 @@ def _desc(shape, **attrs) -> ConvDesc:
     return ConvDesc.from_attributes(registry.FLOAT, (n, h, w, c), (k, r, s, c // attrs.get("group", 1)), **attrs)
 
 
-def _check(isa, shape, **attrs):
+def check_kernel(kernel: str, name: str, shape, **attrs):
+    """`kernel` (EPIFUSE_CPU_KERNEL's value) runs the problem as `name` and computes it within TOL of float64."""
     x, w, b, z = conv_inputs(np.float32, shape, **attrs)
-    y = registry.cpu_fused_conv(x, w, b, z, kernel="winograd", **attrs)
-    assert registry.cpu_kernel_name(_desc(shape, **attrs), "winograd") == f"winograd F(2x2,3x3) {isa}"
+    y = registry.cpu_fused_conv(x, w, b, z, kernel=kernel, **attrs)
+    assert registry.cpu_kernel_name(_desc(shape, **attrs), kernel) == name
     assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL
+
+
+def _check(isa, shape, **attrs):
+    check_kernel("winograd", f"winograd F(2x2,3x3) {isa}", shape, **attrs)
 
 
 @pytest.mark.parametrize("residual", ["none", "pre", "post"])
