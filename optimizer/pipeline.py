@@ -5,11 +5,12 @@ BatchNormalization (fp32) → NHWC pools → precision → input layout (ORT) �
 from __future__ import annotations
 
 import gc
+import hashlib
 import os
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import onnx
@@ -94,6 +95,9 @@ class FusionPolicy:
     model_check: object | None = None
     exclude: frozenset[str] = frozenset()  # candidates (report node names) never fused: the check's variants
     allow_tf32: bool = True
+    # the runtime's layout reorders read per model (by the exported graph's hash): the whole-model check's
+    # variants, made with replace(policy, ...), share this dict and so read them once
+    runtime_reorders: dict = field(default_factory=dict, repr=False, compare=False)
 
     def model_checker(self):
         """How the whole-model check times a model against the original: `model_check` (a callable like
@@ -185,6 +189,7 @@ def optimize_model(model: onnx.ModelProto, *, target: str = "ort-cpu", precision
     defaults to the kernel registry in libepifuse_core; `stop_after="fuse"` is what `inspect` uses;
     `policy` says how fusions are decided (default: FusionPolicy())."""
     report = report or Report()
+    policy = policy or FusionPolicy()  # one for the passes and the whole-model check's variants
     with _timed(report, "import", progress):
         graph = gs.import_onnx(model)
     split, report = optimize_graph(graph, skeleton(model, keep_small=False, weights_as_inputs=False),
@@ -544,7 +549,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     if reader is not None:
         with _timed(report, "runtime_layout", progress, free_memory, decider.costs):
             try:
-                decider.reordered = _runtime_reorders(graph, template, reader, report)
+                decider.reordered = _runtime_reorders(graph, template, reader, report,
+                                                      (policy or FusionPolicy()).runtime_reorders)
             finally:
                 if own_reader:
                     reader.close()
@@ -614,10 +620,12 @@ def _reorder_reader(decider: Decider, target: str) -> tuple[object | None, bool]
     return None, False
 
 
-def _runtime_reorders(graph: gs.Graph, template: onnx.ModelProto, timer, report: Report) -> tuple[set, set]:
+def _runtime_reorders(graph: gs.Graph, template: onnx.ModelProto, timer, report: Report,
+                      read: dict) -> tuple[set, set]:
     """The tensors the runtime reorders into and out of its blocked layout in the model as the passes
     have it before fusion (Decider.with_reorders); none where the model is too large to hand to a second
-    session or the runtime refuses it (the report says so)."""
+    session or the runtime refuses it (the report says so). `read`: those already read, by the model's
+    hash (a session on the whole model each time otherwise)."""
     weights = sum(int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize  # from the shapes: nothing loaded
                   for t in graph.tensors().values() if isinstance(t, gs.Constant))
     if weights > MODEL_CHECK_MAX_BYTES:
@@ -626,7 +634,11 @@ def _runtime_reorders(graph: gs.Graph, template: onnx.ModelProto, timer, report:
     try:
         model = gs.export_onnx(graph, do_type_check=False)
         model.ir_version = template.ir_version
-        return timer.reordered_tensors(model.SerializeToString())
+        data = model.SerializeToString()
+        key = hashlib.sha256(data).hexdigest()
+        if key not in read:
+            read[key] = timer.reordered_tensors(data)
+        return read[key]
     except Exception as e:  # noqa: BLE001 (the decisions then leave the reorders out, as before)
         report.notes.append(f"the runtime's layout reorders not read: {_first_line(e)}")
         return set(), set()
@@ -657,6 +669,7 @@ def optimize_file(in_path: str, out_path: str, *, target: str = "ort-cpu", preci
     the parsed protobuf until the graph has them as arrays, then the arrays, streamed to disk."""
     check_output_path(out_path, in_path)
     report = Report(model=in_path)
+    policy = policy or FusionPolicy()  # one for the passes and the whole-model check's variants
     referenced: set[str] = set()
     with _timed(report, "load", progress):
         model, weights = load_model_split(in_path, referenced)

@@ -1028,3 +1028,12 @@ def test_region_counts_the_reorders_the_runtime_adds_beside_a_lone_fusion(tmp_pa
     if not model_reorders_there:
         assert decisions[c1].reason == ("faster alone; region: 0.0 µs of Transposes and 40.0 µs of the runtime's "
                                         "reorders saved by not fusing it at batch 1")
+
+
+def test_the_whole_model_checks_variants_read_the_runtimes_reorders_no_more(tmp_path):
+    """Each variant is the model optimized again: the reorders, a session on the whole model, are read once."""
+    model, (a, b) = _chain(2, pool_between=True)
+    timer = ReorderTimer({a: (10.0, 20.0), b: (10.0, 20.0)}, {a: (1.0, 1.0), b: (1.0, 1.0)})
+    check = FakeModelCheck(lambda ks, batch: 0.9 if ks else 1.0)  # slower as a whole: variants follow
+    _optimize(model, timer, tmp_path=tmp_path, target="ort-cpu", precision="fp32", model_check=check)
+    assert len(check.calls) > 2 and len(timer.models) == 1
