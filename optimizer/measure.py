@@ -410,45 +410,41 @@ def _clearly_apart(walls) -> bool:
     return abs(a - b) > 0.3 * min(a, b)
 
 
-def _median_run_us(events: list[dict], skip_ops) -> float:
-    """The median over runs (after the warm-up run) of the summed kernel times of each run's nodes,
-    without the ops in `skip_ops` and the residual's source."""
+def _kernel_times_by_run(events: list[dict], keep) -> list[list[float]]:
+    """Each run's (after the warm-up run) kernel times (µs) of the nodes `keep(event)` accepts."""
     runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session"
                   and e.get("name") == "model_run")[1:]
-    totals = [0.0] * len(runs)
+    times: list[list[float]] = [[] for _ in runs]
     for e in events:
-        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
-            continue
-        if e.get("args", {}).get("op_name") in skip_ops or e["name"].startswith((RESIDUAL_SOURCE, INPUT_SOURCE)):
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time") or not keep(e):
             continue
         for i, (begin, end) in enumerate(runs):
             if begin <= e["ts"] <= end:
-                totals[i] += e["dur"]
+                times[i].append(e["dur"])
                 break
-    if not totals:
+    return times
+
+
+def _median_run_us(events: list[dict], skip_ops) -> float:
+    """The median over runs (after the warm-up run) of the summed kernel times of each run's nodes,
+    without the ops in `skip_ops` and the inputs' sources."""
+    per_run = _kernel_times_by_run(events, lambda e: e.get("args", {}).get("op_name") not in skip_ops
+                                   and not e["name"].startswith((RESIDUAL_SOURCE, INPUT_SOURCE)))
+    if not per_run:
         raise RuntimeError("ONNX Runtime's profile holds no runs")
-    return float(statistics.median(totals))
+    return float(statistics.median(sum(times) for times in per_run))
 
 
 def _median_reorder_us(events: list[dict], op: str, shape: tuple) -> float:
     """The median over runs of the time of one `op` node (ReorderInput or ReorderOutput) moving a
     tensor of `shape` (the mean where a run has several, as for a residual the size of the input)."""
-    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session"
-                  and e.get("name") == "model_run")[1:]
-    sums, counts = [0.0] * len(runs), [0] * len(runs)
-    for e in events:
+    def moves_shape(e: dict) -> bool:
         args = e.get("args", {})
-        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time") or args.get("op_name") != op:
-            continue
         shapes = args.get("input_type_shape" if op == "ReorderInput" else "output_type_shape") or [{}]
-        if tuple(next(iter(shapes[0].values()), ())) != tuple(shape):
-            continue
-        for i, (begin, end) in enumerate(runs):
-            if begin <= e["ts"] <= end:
-                sums[i] += e["dur"]
-                counts[i] += 1
-                break
-    return float(statistics.median(s / c if c else 0.0 for s, c in zip(sums, counts))) if runs else 0.0
+        return args.get("op_name") == op and tuple(next(iter(shapes[0].values()), ())) == tuple(shape)
+
+    per_run = _kernel_times_by_run(events, moves_shape)
+    return float(statistics.median(statistics.fmean(t) if t else 0.0 for t in per_run)) if per_run else 0.0
 
 
 def _reordered_tensors(model: bytes, folder: str, ort, session_options) -> tuple[list[str], list[str]]:
