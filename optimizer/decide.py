@@ -332,6 +332,13 @@ class _RegionModel:
         self.graph_outputs = {id(t) for t in graph.outputs}
         self.transpose_cache: dict[tuple, float] = {}
         self.timed = [(i, plans[i]) for i in variable]
+        self.timings = {i: plans[i].verdict.timings for i in variable}
+        # the timed candidates reading each tensor as their input, and the one writing it
+        self.timed_readers: dict[int, list[int]] = {}
+        self.timed_writer: dict[int, int] = {}
+        for i in variable:
+            self.timed_readers.setdefault(id(self.input_lists[i][0]), []).append(i)
+            self.timed_writer[id(self.outputs[i])] = i
         # the time of each batch with nothing fused, to weigh batch sizes equally
         self.scale = [max(sum(p.verdict.timings[b].runtime_us for _, p in self.timed), 1e-9)
                       for b in range(len(batches))]
@@ -419,14 +426,12 @@ class _RegionModel:
         for t, sign in crossing:
             if sign < 0:
                 continue
-            for i, p in self.timed:
-                if i in fused:
-                    continue
-                timing = p.verdict.timings[batch_index]
-                if self.input_lists[i][0] is t and t.name not in into:
-                    extra += timing.reorder_in_us
-                if self.outputs[i] is t and t.name not in out_of:
-                    extra += timing.reorder_out_us
+            if t.name not in into:
+                extra += sum(self.timings[i][batch_index].reorder_in_us
+                             for i in self.timed_readers.get(id(t), ()) if i not in fused)
+            i = self.timed_writer.get(id(t))
+            if i is not None and i not in fused and t.name not in out_of:
+                extra += self.timings[i][batch_index].reorder_out_us
         return extra
 
     def cost(self, fused: set[int]) -> float:
