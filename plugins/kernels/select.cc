@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <map>
 #include <mutex>
 #include <sstream>
 #include <vector>
 
 #include "registry.h"
+#include "tuning_cache.h"
 
 namespace epifuse::cuda {
 namespace {
@@ -31,56 +29,6 @@ Status current_device(Device* d) {
   d->name = prop.name;
   return Status::Ok();
 }
-
-std::string cache_path() {
-  if (const char* p = std::getenv("EPIFUSE_TUNING_CACHE")) return p;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/epifuse/tuning.tsv";
-}
-
-bool tuning_enabled() {
-  const char* v = std::getenv("EPIFUSE_TUNE");
-  return v && std::string(v) != "0" && std::string(v) != "";
-}
-
-// The on-disk cache: one "device<TAB>problem<TAB>kernel" line per entry; later lines win.
-class TuningCache {
- public:
-  static TuningCache& instance() {
-    static TuningCache cache;
-    return cache;
-  }
-  std::string find(const std::string& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    load_once();
-    const auto it = entries_.find(key);
-    return it == entries_.end() ? std::string() : it->second;
-  }
-  void store(const std::string& key, const std::string& kernel) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    load_once();
-    entries_[key] = kernel;
-    const std::filesystem::path path = cache_path();
-    std::error_code ignored;  // an unwritable cache only costs a re-tune next time
-    std::filesystem::create_directories(path.parent_path(), ignored);
-    std::ofstream(path, std::ios::app) << key << '\t' << kernel << '\n';
-  }
-
- private:
-  void load_once() {
-    if (loaded_) return;
-    loaded_ = true;
-    std::ifstream in(cache_path());
-    std::string line;
-    while (std::getline(in, line)) {
-      const size_t tab = line.rfind('\t');
-      if (tab != std::string::npos) entries_[line.substr(0, tab)] = line.substr(tab + 1);
-    }
-  }
-  std::mutex mutex_;
-  bool loaded_ = false;
-  std::map<std::string, std::string> entries_;
-};
 
 Status candidates(const char* target, const ConvProblem& p, const Device& d, std::vector<const KernelImpl*>* out) {
   std::string why;
