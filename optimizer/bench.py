@@ -105,14 +105,15 @@ def tuning():
             os.environ["EPIFUSE_TUNE"] = before
 
 
-def run_tune(path: str, *, batch: int) -> str:
-    """Runs `path` once on the CUDA EP with EPIFUSE_TUNE=1: every FusedConv times its valid
-    kernels and the winners go to the tuning cache, which later sessions read."""
+def run_tune(path: str, *, batch: int, target: str = "ort-cuda") -> str:
+    """Runs `path` once on `target` with EPIFUSE_TUNE=1: every FusedConv times its kernels (on the CUDA
+    EP every valid one; on the CPU its direct kernel against oneDNN, more carefully than a first run
+    does) and the winners go to the tuning cache, which later sessions on this machine read."""
     from .passes.load import load_model
     from .verify import random_inputs
 
     with tuning():
         model = load_model(path)
-        session = _session(model.SerializeToString(), "ort-cuda", cuda_graph=False)
+        session = _session(model.SerializeToString(), target, cuda_graph=False)
         session.run(None, random_inputs(model, batch=batch))
     return os.environ.get("EPIFUSE_TUNING_CACHE", os.path.expanduser("~/.cache/epifuse/tuning.tsv"))

@@ -281,8 +281,8 @@ def cmd_tune(args, console: Console) -> int:
         raise EpifuseError("no such file", path=args.model)
     if args.export_costs:
         return _export_costs(args, console)
-    console.print(f"tuned every FusedConv of {args.model}; winners cached in "
-                  f"{run_tune(args.model, batch=_batches(args.batch)[0])}")
+    console.print(f"tuned every FusedConv of {args.model} on {args.target}; winners cached in "
+                  f"{run_tune(args.model, batch=_batches(args.batch)[0], target=args.target)}")
     return 0
 
 
@@ -408,14 +408,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="FILE.json")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("tune", help="time every valid kernel of each FusedConv once on the CUDA EP and cache the "
-                                    "winners; with --export-costs, measure an original model's fusion candidates")
+    p = sub.add_parser("tune", help="time the kernels of each FusedConv once on the target and cache the winners "
+                                    "for later sessions on this machine; with --export-costs, measure an original "
+                                    "model's fusion candidates")
     p.add_argument("model")
     p.add_argument("--batch", default="1", metavar="N[,N...]")
     p.add_argument("--export-costs", metavar="FILE.json",
                    help="write the measured times of MODEL's (original) fusion candidates on this machine, for "
                         "`epifuse optimize --costs FILE` elsewhere")
-    p.add_argument("--target", choices=("ort-cuda", "ort-cpu"), default="ort-cuda", help="with --export-costs")
+    p.add_argument("--target", choices=("ort-cuda", "ort-cpu"), default="ort-cuda",
+                   help="the runtime to tune for (or, with --export-costs, to measure on)")
     p.add_argument("--precision", choices=PRECISIONS + (STRICT_FP32,), default="fp16", action=_Precision,
                    help="with --export-costs")
     p.set_defaults(allow_tf32=True)

@@ -348,6 +348,9 @@ def _cpu_worker(conn) -> None:
 
     from .runtime import session_options
 
+    # The CPU kernel each FusedConv shape gets (a direct kernel or oneDNN, timed at its first run) goes to
+    # the tuning cache, so that the optimized model runs on this machine with the kernels measured here.
+    os.environ["EPIFUSE_TUNE"] = "1"
     with tempfile.TemporaryDirectory(prefix="epifuse-measure-") as folder:  # the profiles' folder goes with it
         _serve_cpu_requests(conn, folder, ort, session_options)
 

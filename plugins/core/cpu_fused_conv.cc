@@ -3,16 +3,45 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <new>
+
+#include "tuning_cache.h"
 
 namespace epifuse {
 namespace {
+
+constexpr const char* kOnednnChoice = "onednn";
 
 // Everything the kernels' speeds depend on.
 std::vector<int64_t> shape_key(const ConvProblem& p) {
   const ConvAttributes& a = p.attr;
   return {p.N, p.H, p.W, p.C, p.K, p.R, p.S, a.stride_h, a.stride_w, a.group, a.pad_top, a.pad_left,
           a.pad_bottom, a.pad_right, static_cast<int64_t>(a.activation.kind), static_cast<int64_t>(a.residual)};
+}
+
+// This machine in the tuning cache: its CPU's model name and thread count.
+const std::string& cpu_device() {
+  static const std::string device = [] {
+    std::string name = "unknown CPU", line;
+    std::ifstream in("/proc/cpuinfo");
+    while (std::getline(in, line)) {
+      const size_t colon = line.find(':');
+      if (line.rfind("model name", 0) == 0 && colon != std::string::npos && colon + 2 <= line.size()) {
+        name = line.substr(colon + 2);
+        break;
+      }
+    }
+    return "cpu " + name + ", " + std::to_string(hardware_threads()) + " threads";
+  }();
+  return device;
+}
+
+// The tuning cache's key of the choice between `direct` and oneDNN for `p`; its value names the winner.
+std::string tuning_key(const ConvProblem& p, const DirectConv& direct) {
+  std::string key = cpu_device() + '\t' + direct.name() + " or " + kOnednnChoice + ":";
+  for (int64_t v : shape_key(p)) key += ' ' + std::to_string(v);
+  return key;
 }
 
 // The best of `runs` timed calls, after one untimed (primitive creation, filter transform).
@@ -61,6 +90,16 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
     auto it = direct_chosen_.find(key);
     if (it != direct_chosen_.end()) return *chosen = it->second ? d : nullptr, Status::Ok();
   }
+  // A choice made before, by this process or one that tuned on this machine: the model runs the
+  // kernels it was measured with when `epifuse optimize` or `epifuse tune` kept them.
+  const std::string tuning = tuning_key(p, *d);
+  const std::string kept = TuningCache::instance().find(tuning);
+  if (kept == d->name() || kept == kOnednnChoice) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    direct_chosen_[key] = kept == d->name();
+    *chosen = kept == d->name() ? d : nullptr;
+    return Status::Ok();
+  }
   // Zeros: neither kernel's speed depends on the values. The filters count as constant, so the
   // transform or reorder of these scratch ones stays out of the timing (a real call, with other
   // filters, makes its own).
@@ -77,13 +116,20 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
   }
   const float* zp = z.empty() ? nullptr : z.data();
   bool refused = false;
-  double onednn_s = 0, direct_s = 0;
-  EPIFUSE_RETURN_IF_ERROR(best_seconds(
-      [&] { return onednn_.run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for, &refused); }, 3,
-      &onednn_s));
-  EPIFUSE_RETURN_IF_ERROR(best_seconds(
-      [&] { return d->run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for); }, 3,
-      &direct_s));
+  // A choice kept for later processes (EPIFUSE_TUNE=1) takes the best reading of three alternating
+  // rounds, so that one slow spell on a busy machine does not decide it for good.
+  const int rounds = tuning_enabled() ? 3 : 1;
+  double onednn_s = 1e30, direct_s = 1e30;
+  for (int round = 0; round < rounds; ++round) {
+    double seconds = 0;
+    EPIFUSE_RETURN_IF_ERROR(best_seconds(
+        [&] { return onednn_.run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for, &refused); },
+        3, &seconds));
+    onednn_s = std::min(onednn_s, seconds);
+    EPIFUSE_RETURN_IF_ERROR(best_seconds(
+        [&] { return d->run(p, x.data(), w.data(), true, b.data(), zp, y.data(), parallel_for); }, 3, &seconds));
+    direct_s = std::min(direct_s, seconds);
+  }
   const bool direct = refused || direct_s < onednn_s;
   // Both kept their copy of the scratch filters: the loser never runs this shape, so its copy (up to
   // 16/9 of the filters' size) would only take memory; the winner's is replaced at the first real run.
@@ -92,6 +138,7 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
   } else {
     d->release_filters();
   }
+  TuningCache::instance().store(tuning, direct ? d->name() : kOnednnChoice);
   std::lock_guard<std::mutex> lock(mutex_);
   direct_chosen_[key] = direct;
   *chosen = direct ? d : nullptr;

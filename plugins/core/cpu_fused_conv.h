@@ -1,7 +1,8 @@
 // The CPU FusedConv every adapter runs: a direct kernel of its own — Winograd F(2x2, 3x3)
 // (winograd_fused_conv.h) for 3x3 stride-1 convs, the depthwise kernel (depthwise_fused_conv.h) for
-// depthwise ones — or oneDNN, whichever runs the problem faster on this machine (timed at the first
-// run of each shape), where both can; oneDNN where it has an optimized implementation; the reference
+// depthwise ones — or oneDNN, whichever runs the problem faster on this machine, where both can (timed
+// at the first run of each shape in a process, unless the tuning cache (tuning_cache.h) holds the
+// choice; kept there where EPIFUSE_TUNE=1); oneDNN where it has an optimized implementation; the reference
 // kernel (reference_fused_conv.h) elsewhere. EPIFUSE_CPU_KERNEL=reference|onednn|winograd|depthwise in
 // the environment picks one kernel for every problem it can run (oneDNN or the reference kernel for the rest).
 #pragma once
