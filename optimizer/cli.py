@@ -153,18 +153,38 @@ def cmd_compare(args, console: Console) -> int:
         if not os.path.isfile(path):
             raise EpifuseError("no such file", path=path)
     backend = args.backend or _available_backend(console)
+    if args.by_op and backend != "ort-cpu":
+        raise EpifuseError(f"--by-op reads ONNX Runtime's CPU profiler: it needs --backend ort-cpu, not {backend}")
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("compare", total=args.runs)
         result = _compare_files(args.original, args.optimized, backend=backend, batch=args.batch,
                                 precision=args.precision, rounds=args.runs,
                                 progress=lambda done, total: bar.update(task, completed=done))
     console.print(summary(result), highlight=False)
+    if args.by_op:
+        from .compare import compare_by_op  # noqa: PLC0415
+
+        result["by_op_ms"] = compare_by_op(args.original, args.optimized, batch=args.batch)
+        console.print(_by_op_table(result["by_op_ms"]))
     if args.report:
         _write_report(args.report, json.dumps(result, indent=2), args.original, args.optimized)
     if result["slower"] and args.require_faster:
         console.print("--require-faster: the optimized model is slower")
         return 3
     return 0
+
+
+def _by_op_table(by_op: dict):
+    from rich.table import Table  # noqa: PLC0415
+
+    original, optimized = by_op["original"], by_op["optimized"]
+    table = Table(title="kernel time by op type, ms a run (ORT's profiler)", title_justify="left")
+    for column in ("op", "original", "optimized"):
+        table.add_column(column, justify="left" if column == "op" else "right")
+    for op in sorted(set(original) | set(optimized), key=lambda o: -max(original.get(o, 0), optimized.get(o, 0))):
+        table.add_row(op, *(f"{side[op]:.3f}" if op in side else "" for side in (original, optimized)))
+    table.add_row("total", f"{sum(original.values()):.3f}", f"{sum(optimized.values()):.3f}", style="bold")
+    return table
 
 
 def _available_backend(console: Console) -> str:
@@ -368,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fp16/bf16: compare with the original in that precision (epifuse's precision pass alone)")
     p.add_argument("--runs", type=int, default=30, help="interleaved rounds (default 30)")
     p.add_argument("--require-faster", action="store_true", help="exit 3 when the optimized model is slower")
+    p.add_argument("--by-op", action="store_true",
+                   help="ort-cpu: also where each model's time goes, by op type (ONNX Runtime's profiler)")
     p.add_argument("--report", metavar="FILE.json")
     p.set_defaults(func=cmd_compare)
 

@@ -14,7 +14,10 @@ show in such a comparison, only what fusion gains.
 """
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import tempfile
 import time
 
 import onnx
@@ -170,6 +173,36 @@ def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
             "precision": precision, "rounds": rounds, "original_ms": original_ms, "optimized_ms": optimized_ms,
             "speedup": statistics.median(ratios), "speedup_q1": q1, "speedup_q3": q3, "slower": q3 < 1.0,
             "cuda_graph": [getattr(s, "cuda_graph", False) for s in sides]}
+
+
+def time_by_op(model: Model, feeds: dict, runs: int = 20) -> dict[str, float]:
+    """Kernel time of each op type of `model` on ONNX Runtime's CPU EP, ms a run (the median over `runs`
+    runs after a warm-up one), read from ORT's profiler: where a model's time goes. The profiler adds a
+    few µs to every node it times, so a model of many small nodes reads slower than it runs."""
+    from .measure import kernel_times_by_run  # noqa: PLC0415
+    from .runtime import session_options  # noqa: PLC0415
+
+    import onnxruntime as ort  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="epifuse-profile-") as folder:
+        options = session_options(enable_profiling=True, profile_file_prefix=os.path.join(folder, "profile"))
+        session = ort.InferenceSession(_source(model), options, providers=["CPUExecutionProvider"])
+        for _ in range(runs + 1):
+            session.run(None, feeds)
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+    ops = {e["args"]["op_name"] for e in events if e.get("cat") == "Node" and "op_name" in e.get("args", {})}
+    times = {op: statistics.median(sum(run) for run in kernel_times_by_run(
+        events, lambda e, op=op: e.get("args", {}).get("op_name") == op)) / 1e3 for op in ops}
+    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
+def compare_by_op(original: Model, optimized: Model, *, batch: int = 1, runs: int = 20) -> dict:
+    """`time_by_op` of both models on the same random inputs: {"original": {...}, "optimized": {...}}."""
+    from .verify import random_inputs  # noqa: PLC0415
+
+    feeds = random_inputs(_graph_inputs(original), batch=batch)
+    return {"original": time_by_op(original, feeds, runs), "optimized": time_by_op(optimized, feeds, runs)}
 
 
 def summary(result: dict) -> str:

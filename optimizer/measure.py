@@ -413,7 +413,7 @@ def _clearly_apart(walls) -> bool:
     return abs(a - b) > 0.3 * min(a, b)
 
 
-def _kernel_times_by_run(events: list[dict], keep) -> list[list[float]]:
+def kernel_times_by_run(events: list[dict], keep) -> list[list[float]]:
     """Each run's (after the warm-up run) kernel times (µs) of the nodes `keep(event)` accepts."""
     runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session"
                   and e.get("name") == "model_run")[1:]
@@ -431,7 +431,7 @@ def _kernel_times_by_run(events: list[dict], keep) -> list[list[float]]:
 def _median_run_us(events: list[dict], skip_ops) -> float:
     """The median over runs (after the warm-up run) of the summed kernel times of each run's nodes,
     without the ops in `skip_ops` and the inputs' sources."""
-    per_run = _kernel_times_by_run(events, lambda e: e.get("args", {}).get("op_name") not in skip_ops
+    per_run = kernel_times_by_run(events, lambda e: e.get("args", {}).get("op_name") not in skip_ops
                                    and not e["name"].startswith((RESIDUAL_SOURCE, INPUT_SOURCE)))
     if not per_run:
         raise RuntimeError("ONNX Runtime's profile holds no runs")
@@ -446,7 +446,7 @@ def _median_reorder_us(events: list[dict], op: str, shape: tuple) -> float:
         shapes = args.get("input_type_shape" if op == "ReorderInput" else "output_type_shape") or [{}]
         return args.get("op_name") == op and tuple(next(iter(shapes[0].values()), ())) == tuple(shape)
 
-    per_run = _kernel_times_by_run(events, moves_shape)
+    per_run = kernel_times_by_run(events, moves_shape)
     return float(statistics.median(statistics.fmean(t) if t else 0.0 for t in per_run)) if per_run else 0.0
 
 

@@ -104,6 +104,28 @@ def test_cli_compare_prints_the_speedup_and_writes_json(tmp_path, capsys):
     assert result["backend"] == "ort-cpu" and result["rounds"] == 4 and result["original_ms"] > 0
 
 
+def test_cli_compare_by_op_says_where_each_models_time_goes(tmp_path, capsys):
+    src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["optimize", str(src), "-o", str(out), "--fuse", "always", "--target", "ort-cpu"]) == 0
+    assert main(["compare", str(src), str(out), "--backend", "ort-cpu", "--runs", "2", "--by-op",
+                 "--report", str(report)]) == 0
+    original, optimized = (json.loads(report.read_text())["by_op_ms"][side] for side in ("original", "optimized"))
+    assert original["Conv"] > 0 and "FusedConv" not in original
+    assert optimized["FusedConv"] > 0 and "Conv" not in optimized
+    assert all(ms > 0 for ms in (*original.values(), *optimized.values()))
+    text = capsys.readouterr().out
+    assert "FusedConv" in text and "total" in text
+
+
+def test_cli_compare_by_op_needs_the_cpu(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["compare", str(src), str(src), "--backend", "ort-cuda", "--by-op"]) == 2
+    captured = capsys.readouterr()
+    assert "--by-op" in captured.err + captured.out
+
+
 def test_cli_compare_without_a_gpu_says_which_backend_it_uses(tmp_path, capsys, monkeypatch):
     from optimizer import measure
 
