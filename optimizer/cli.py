@@ -41,11 +41,23 @@ def _batches(text: str) -> tuple[int, ...]:
     return batches
 
 
+def _threads(threads: int | None, target: str) -> int | None:
+    """--threads, where given: a positive count, on ort-cpu."""
+    if threads is None:
+        return None
+    if threads < 1:
+        raise EpifuseError(f"--threads must be at least 1, got {threads}")
+    if target != "ort-cpu":
+        raise EpifuseError(f"--threads sets ONNX Runtime's CPU threads: it needs ort-cpu, not {target}")
+    return threads
+
+
 def _policy(args) -> FusionPolicy:
     if args.measure_budget is not None and args.measure_budget < 0:
         raise EpifuseError(f"--measure-budget must not be negative, got {args.measure_budget}")
     return FusionPolicy(mode=args.fuse, costs_file=args.costs, costs_device=args.costs_device,
                         measure_budget_s=args.measure_budget, batches=_batches(args.batch),
+                        threads=_threads(args.threads, args.target),
                         model_check=False if args.no_model_check else None,
                         allow_tf32=getattr(args, "allow_tf32", True))
 
@@ -76,7 +88,8 @@ def _run_optimize(args, console: Console, in_path: str, out_path: str, bench: bo
             if progress:
                 progress("compare original and optimized")
             report.bench = _compare_files(in_path, out_path, backend=_bench_backend(args.target),
-                                          batch=_batches(args.batch)[0], precision=args.precision, rounds=args.runs)
+                                          batch=_batches(args.batch)[0], precision=args.precision, rounds=args.runs,
+                                          threads=_threads(args.threads, args.target))
     except BaseException:
         if written:  # never a file this run did not write (an output path refused as the input, say)
             _remove_output(out_path)
@@ -155,16 +168,17 @@ def cmd_compare(args, console: Console) -> int:
     backend = args.backend or _available_backend(console)
     if args.by_op and backend != "ort-cpu":
         raise EpifuseError(f"--by-op reads ONNX Runtime's CPU profiler: it needs --backend ort-cpu, not {backend}")
+    threads = _threads(args.threads, backend)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("compare", total=args.runs)
         result = _compare_files(args.original, args.optimized, backend=backend, batch=args.batch,
-                                precision=args.precision, rounds=args.runs,
+                                precision=args.precision, rounds=args.runs, threads=threads,
                                 progress=lambda done, total: bar.update(task, completed=done))
     console.print(summary(result), highlight=False)
     if args.by_op:
         from .compare import compare_by_op  # noqa: PLC0415
 
-        result["by_op_ms"] = compare_by_op(args.original, args.optimized, batch=args.batch)
+        result["by_op_ms"] = compare_by_op(args.original, args.optimized, batch=args.batch, threads=threads)
         console.print(_by_op_table(result["by_op_ms"]))
     if args.report:
         _write_report(args.report, json.dumps(result, indent=2), args.original, args.optimized)
@@ -362,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "the cache makes reruns free)")
         p.add_argument("--batch", default="1", metavar="N[,N...]",
                        help="batch sizes to decide for where the batch dimension is symbolic (default 1)")
+        p.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="ort-cpu: the intra-op threads the model will run with, to measure and check with "
+                            "(default: ONNX Runtime's, one per core)")
         p.add_argument("--no-model-check", action="store_true",
                        help="skip the whole-model check (the optimized model run against the original on the "
                             "target, where fusions were measured here; it holds both models in memory)")
@@ -388,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fp16/bf16: compare with the original in that precision (epifuse's precision pass alone)")
     p.add_argument("--runs", type=int, default=30, help="interleaved rounds (default 30)")
     p.add_argument("--require-faster", action="store_true", help="exit 3 when the optimized model is slower")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="ort-cpu: ONNX Runtime's intra-op threads (default: its own, one per core)")
     p.add_argument("--by-op", action="store_true",
                    help="ort-cpu: also where each model's time goes, by op type (ONNX Runtime's profiler)")
     p.add_argument("--report", metavar="FILE.json")

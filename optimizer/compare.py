@@ -62,13 +62,15 @@ def _graph_inputs(model: Model) -> onnx.ModelProto:
 
 
 class _CpuRunner:
-    """The CPU EP with its default threads, spinning off: a pool that spins after its run would take a
-    core from the other model's run, which on a small machine costs either side 10-30% at random."""
+    """The CPU EP with its default threads (or `threads`), spinning off: a pool that spins after its run
+    would take a core from the other model's run, which on a small machine costs either side 10-30% at
+    random."""
 
-    def __init__(self, model: onnx.ModelProto, feeds: dict):
+    def __init__(self, model: onnx.ModelProto, feeds: dict, threads: int | None = None):
         from .runtime import create_session  # noqa: PLC0415
 
-        self.session = create_session(_source(model), backend="ort-cpu", allow_spinning=False)
+        opts = {"intra_op_num_threads": threads} if threads else {}
+        self.session = create_session(_source(model), backend="ort-cpu", allow_spinning=False, **opts)
         self.feeds = feeds
 
     def __call__(self) -> float:
@@ -109,9 +111,9 @@ class _CudaRunner:
         return time.perf_counter() - start
 
 
-def _runners(model: Model, feeds: dict, backend: str) -> list:
+def _runners(model: Model, feeds: dict, backend: str, threads: int | None = None) -> list:
     if backend == "ort-cpu":
-        return [_CpuRunner(model, feeds)]
+        return [_CpuRunner(model, feeds, threads)]
     from .runtime import create_session  # noqa: PLC0415
 
     data = _source(model)
@@ -153,18 +155,21 @@ def interleaved(sides: list, rounds: int, warmup: int, progress=None) -> list[li
 
 
 def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
-            precision: str = "fp32", rounds: int = 30, warmup: int = 3, progress=None) -> dict:
+            precision: str = "fp32", rounds: int = 30, warmup: int = 3, progress=None,
+            threads: int | None = None) -> dict:
     """Interleaved timing of `original` (its baseline, see `baseline`) and `optimized` on `backend`;
-    each a model or the path of one."""
+    each a model or the path of one. `threads`: ort-cpu's intra-op threads (None: ORT's default)."""
     if backend not in ("ort-cpu", "ort-cuda"):
         raise EpifuseError(f"compare runs on ort-cpu or ort-cuda, not {backend}")
+    if threads is not None and (backend != "ort-cpu" or threads < 1):
+        raise EpifuseError(f"a thread count is for ort-cpu, at least 1: got {threads} on {backend}")
     if rounds < 2:
         raise EpifuseError(f"--runs must be at least 2, got {rounds}")
     from .verify import random_inputs  # noqa: PLC0415
 
     reference = baseline(original, backend, precision)
     feeds = random_inputs(_graph_inputs(reference), batch=batch)
-    sides = [_best(_runners(m, feeds, backend), warmup) for m in (reference, optimized)]
+    sides = [_best(_runners(m, feeds, backend, threads), warmup) for m in (reference, optimized)]
     times = interleaved(sides, rounds, warmup, progress)
     ratios = [a / b for a, b in zip(*times)]
     q1, q3 = _quartiles(ratios)
@@ -172,10 +177,11 @@ def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
     return {"backend": backend, "batch": int(next(iter(feeds.values())).shape[0]) if feeds else batch,
             "precision": precision, "rounds": rounds, "original_ms": original_ms, "optimized_ms": optimized_ms,
             "speedup": statistics.median(ratios), "speedup_q1": q1, "speedup_q3": q3, "slower": q3 < 1.0,
+            "threads": threads,
             "cuda_graph": [getattr(s, "cuda_graph", False) for s in sides]}
 
 
-def time_by_op(model: Model, feeds: dict, runs: int = 20) -> dict[str, float]:
+def time_by_op(model: Model, feeds: dict, runs: int = 20, threads: int | None = None) -> dict[str, float]:
     """Kernel time of each op type of `model` on ONNX Runtime's CPU EP, ms a run (the median over `runs`
     runs after a warm-up one), read from ORT's profiler: where a model's time goes. The profiler adds a
     few µs to every node it times, so a model of many small nodes reads slower than it runs."""
@@ -185,7 +191,8 @@ def time_by_op(model: Model, feeds: dict, runs: int = 20) -> dict[str, float]:
     import onnxruntime as ort  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="epifuse-profile-") as folder:
-        options = session_options(enable_profiling=True, profile_file_prefix=os.path.join(folder, "profile"))
+        options = session_options(enable_profiling=True, profile_file_prefix=os.path.join(folder, "profile"),
+                                  **({"intra_op_num_threads": threads} if threads else {}))
         session = ort.InferenceSession(_source(model), options, providers=["CPUExecutionProvider"])
         for _ in range(runs + 1):
             session.run(None, feeds)
@@ -197,12 +204,14 @@ def time_by_op(model: Model, feeds: dict, runs: int = 20) -> dict[str, float]:
     return dict(sorted(times.items(), key=lambda kv: -kv[1]))
 
 
-def compare_by_op(original: Model, optimized: Model, *, batch: int = 1, runs: int = 20) -> dict:
+def compare_by_op(original: Model, optimized: Model, *, batch: int = 1, runs: int = 20,
+                  threads: int | None = None) -> dict:
     """`time_by_op` of both models on the same random inputs: {"original": {...}, "optimized": {...}}."""
     from .verify import random_inputs  # noqa: PLC0415
 
     feeds = random_inputs(_graph_inputs(original), batch=batch)
-    return {"original": time_by_op(original, feeds, runs), "optimized": time_by_op(optimized, feeds, runs)}
+    return {side: time_by_op(model, feeds, runs, threads) for side, model in (("original", original),
+                                                                             ("optimized", optimized))}
 
 
 def summary(result: dict) -> str:

@@ -271,10 +271,11 @@ class OrtCpuTimer:
     worker does instead of raising the optimizer's peak, and a micro-model that crashes the library
     costs its group's measurement, not the optimizer."""
 
-    def __init__(self):
+    def __init__(self, threads: int | None = None):
         import onnxruntime as ort
 
-        self.device = f"{_cpu_name()} ({len(os.sched_getaffinity(0))} threads)"
+        self.threads = threads  # the sessions' intra-op threads; None: ONNX Runtime's default, one per core
+        self.device = f"{_cpu_name()} ({threads or len(os.sched_getaffinity(0))} threads)"
         self.library = f"onnxruntime {ort.__version__} cpu, epifuse {__version__} {_build_of(ORT_LIBRARY)}"
         self._worker = None
 
@@ -300,7 +301,8 @@ class OrtCpuTimer:
 
         if self._worker is None:
             parent, child = multiprocessing.get_context("spawn").Pipe()
-            process = multiprocessing.get_context("spawn").Process(target=_cpu_worker, args=(child,), daemon=True)
+            process = multiprocessing.get_context("spawn").Process(target=_cpu_worker, args=(child, self.threads),
+                                                                  daemon=True)
             process.start()
             child.close()
             self._worker = (process, parent)
@@ -342,15 +344,22 @@ class OrtCpuTimer:
 MIN_RUNS, MAX_RUNS, GROUP_SECONDS = 3, 15, 2.0
 
 
-def _cpu_worker(conn) -> None:
-    """The measuring process: (model bytes a, model bytes b, dtype, ops to skip) in, times or an error out."""
+def _cpu_worker(conn, threads: int | None = None) -> None:
+    """The measuring process: (model bytes a, model bytes b, dtype, ops to skip) in, times or an error out.
+    `threads`: the sessions' intra-op threads (None: ONNX Runtime's default)."""
+    import functools
+
     import onnxruntime as ort
 
     from .runtime import session_options
 
     # The CPU kernel each FusedConv shape gets (a direct kernel or oneDNN, timed at its first run) goes to
     # the tuning cache, so that the optimized model runs on this machine with the kernels measured here.
-    os.environ["EPIFUSE_TUNE"] = "1"
+    # The cache keeps one choice per machine, for its default threads: other counts leave it as it is.
+    if threads is None:
+        os.environ["EPIFUSE_TUNE"] = "1"
+    else:
+        session_options = functools.partial(session_options, intra_op_num_threads=threads)
     with tempfile.TemporaryDirectory(prefix="epifuse-measure-") as folder:  # the profiles' folder goes with it
         _serve_cpu_requests(conn, folder, ort, session_options)
 

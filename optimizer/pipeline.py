@@ -78,7 +78,9 @@ class FusionPolicy:
     tune --export-costs`); without one, "auto" measures on this machine where it can run the target
     (ort-cpu always; ort-cuda with a GPU, onnxruntime-gpu and a CUDA build), within `measure_budget_s`
     seconds (None: MEASURE_BUDGET_S for the target), caching what it measured in `cache_path`. `batches`: the batch sizes a symbolic batch
-    dimension is decided for (a candidate fuses only where faster at each). `timer`: a measuring timer
+    dimension is decided for (a candidate fuses only where faster at each). `threads`: ort-cpu's intra-op
+    threads the model will run with, measured and checked with (None: ONNX Runtime's default, one per
+    core; a model decided there can be slower on one thread). `timer`: a measuring timer
     to use instead of ONNX Runtime's (tests). `allow_tf32`: fp32 FusedConvs for a CUDA target may compute
     in TF32 on the tensor cores (their allow_tf32 attribute), as cuDNN, ONNX Runtime and PyTorch compute
     fp32 convs by default; False keeps fp32-level accuracy (`--precision fp32-strict`)."""
@@ -88,6 +90,7 @@ class FusionPolicy:
     costs_device: str | None = None
     measure_budget_s: float | None = None
     batches: tuple[int, ...] = (1,)
+    threads: int | None = None
     timer: object | None = None
     cache_path: str | None = None
     clock: object = time.perf_counter
@@ -118,12 +121,12 @@ class FusionPolicy:
         return mode
 
 
-def _timer_for(target: str):
+def _timer_for(target: str, threads: int | None = None):
     """ONNX Runtime's timer for `target` on this machine, or (None, why not)."""
     from . import measure  # noqa: PLC0415 (onnxruntime and the native library load on first use)
 
     if target == "ort-cpu":
-        return measure.OrtCpuTimer(), ""
+        return measure.OrtCpuTimer(threads), ""
     if target == "ort-cuda":
         why = measure.cuda_measuring_unavailable()
         return (None, why) if why else (measure.OrtCudaTimer(), "")
@@ -132,12 +135,14 @@ def _timer_for(target: str):
 
 def make_decider(policy: FusionPolicy, target: str, precision: str, report: Report) -> Decider:
     mode = policy.resolved_mode()
+    if policy.threads is not None and (target != "ort-cpu" or policy.threads < 1):
+        raise EpifuseError(f"a thread count is for ort-cpu, at least 1: got {policy.threads} for {target}")
     costs: Costs = Costs()
     if mode == "auto":
         if policy.costs_file:
             costs = FileCosts(policy.costs_file, policy.costs_device)
         else:
-            timer, why = (policy.timer, "") if policy.timer is not None else _timer_for(target)
+            timer, why = (policy.timer, "") if policy.timer is not None else _timer_for(target, policy.threads)
             if timer is not None:
                 cache_path = policy.cache_path or default_cache_path()
                 try:
@@ -339,7 +344,8 @@ def _with_fused(check, original_model, optimized, target: str, precision: str, p
             variant = variant_path
             gc.collect()
         for batch in batches:
-            r = check(optimized, variant, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS)
+            r = check(optimized, variant, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS,
+                      threads=policy.threads)
             report.notes.append(_speedup_note(f"the model {what} against it", r))
             gains.append(r["speedup"])
             if r["speedup_q1"] < 1.0 or r["speedup"] < MODEL_CHECK_GAIN:
@@ -456,7 +462,7 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
                     for attempt in range(2):
                         # the reference is already in `precision`: compared as it is
                         r = check(reference, model, backend=target, batch=batch, precision="fp32",
-                                  rounds=MODEL_CHECK_ROUNDS)
+                                  rounds=MODEL_CHECK_ROUNDS, threads=policy.threads)
                         report.notes.append(_speedup_note(what if attempt == 0 else f"{what}, again", r))
                         if r["slower"] or r["speedup"] < floor or (strict and r["speedup_q1"] < 1.0):
                             return f"{what} ran {r['speedup']:.3f}x the original's speed at batch {r['batch']}"

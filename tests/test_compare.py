@@ -10,6 +10,7 @@ from models import zoo
 from optimizer import compare as compare_module
 from optimizer.cli import main
 from optimizer.compare import compare
+from optimizer.errors import EpifuseError
 
 
 class _Fixed:
@@ -28,7 +29,7 @@ def fake_runners(monkeypatch):
     """Replaces the ORT runners: the original takes `times[0]`, the optimized `times[1]` seconds per call."""
     state = {"times": (1e-3, 1e-3), "log": []}
 
-    def runners(model, feeds, backend):
+    def runners(model, feeds, backend, threads=None):
         side = 0 if runners.calls % 2 == 0 else 1
         runners.calls += 1
         return [_Fixed(state["times"][side], state["log"], side)]
@@ -124,6 +125,25 @@ def test_cli_compare_by_op_needs_the_cpu(tmp_path, capsys):
     assert main(["compare", str(src), str(src), "--backend", "ort-cuda", "--by-op"]) == 2
     captured = capsys.readouterr()
     assert "--by-op" in captured.err + captured.out
+
+
+def test_compare_runs_the_cpu_on_the_threads_asked_for():
+    model = zoo.build("resnet_tiny", batch=1)
+    result = compare(model, model, backend="ort-cpu", rounds=2, threads=1)
+    assert result["threads"] == 1
+    runner = compare_module._CpuRunner(model, {}, threads=1)
+    assert runner.session.get_session_options().intra_op_num_threads == 1
+    with pytest.raises(EpifuseError, match="ort-cpu"):
+        compare(model, model, backend="ort-cuda", threads=1)
+
+
+def test_cli_threads_need_the_cpu(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["optimize", str(src), "-o", str(tmp_path / "o.onnx"), "--target", "ort-cuda", "--threads", "2"]) == 2
+    assert main(["compare", str(src), str(src), "--backend", "ort-cpu", "--threads", "0"]) == 2
+    assert not (tmp_path / "o.onnx").exists()
+    assert "--threads" in capsys.readouterr().err
 
 
 def test_cli_compare_without_a_gpu_says_which_backend_it_uses(tmp_path, capsys, monkeypatch):

@@ -140,6 +140,15 @@ def test_the_cpu_timer_times_both_sides(tmp_path):
     assert "threads" in timer.device and ort.__version__ in timer.library
 
 
+def test_the_cpu_timer_measures_on_the_threads_asked_for(tmp_path):
+    (group,) = _groups(PATTERNS["pre_residual_relu"], tmp_path)
+    timer = OrtCpuTimer(threads=1)
+    assert timer.device.endswith("(1 threads)")  # a measurement cache entry of its own
+    ours, runtime, _ = timer.group_times(group)
+    assert ours > 0 and runtime > 0
+    timer.close()
+
+
 def test_transpose_model_is_nhwc_to_nchw():
     x = np.random.default_rng(0).standard_normal((2, 5, 6, 3)).astype(np.float32)
     (y,) = ort.InferenceSession(transpose_model((2, 3, 5, 6), "fp32").SerializeToString(),
