@@ -378,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="batch sizes to decide for where the batch dimension is symbolic (default 1)")
         p.add_argument("--threads", type=int, default=None, metavar="N",
                        help="ort-cpu: the intra-op threads the model will run with, to measure and check with "
-                            "(default: ONNX Runtime's, one per core)")
+                            "(default: measured on ONNX Runtime's, one per core, checked there and on one)")
         p.add_argument("--no-model-check", action="store_true",
                        help="skip the whole-model check (the optimized model run against the original on the "
                             "target, where fusions were measured here; it holds both models in memory)")

@@ -79,8 +79,8 @@ class FusionPolicy:
     (ort-cpu always; ort-cuda with a GPU, onnxruntime-gpu and a CUDA build), within `measure_budget_s`
     seconds (None: MEASURE_BUDGET_S for the target), caching what it measured in `cache_path`. `batches`: the batch sizes a symbolic batch
     dimension is decided for (a candidate fuses only where faster at each). `threads`: ort-cpu's intra-op
-    threads the model will run with, measured and checked with (None: ONNX Runtime's default, one per
-    core; a model decided there can be slower on one thread). `timer`: a measuring timer
+    threads the model will run with, measured and checked with; None: ONNX Runtime's default (one per
+    core), the whole model also checked on one thread, where a model decided on the default can be slower. `timer`: a measuring timer
     to use instead of ONNX Runtime's (tests). `allow_tf32`: fp32 FusedConvs for a CUDA target may compute
     in TF32 on the tensor cores (their allow_tf32 attribute), as cuDNN, ONNX Runtime and PyTorch compute
     fp32 convs by default; False keeps fp32-level accuracy (`--precision fp32-strict`)."""
@@ -251,6 +251,16 @@ def _model_checker(report: Report, target: str, policy: FusionPolicy | None, sto
     return check
 
 
+def _threads_to_check(target: str, threads: int | None) -> list[int | None]:
+    """The intra-op thread counts the whole model is checked on: `threads`; for ONNX Runtime's default
+    (None) on a machine of several cores, also one thread (a server's workers often run on one), where a
+    thin gain measured on the default did not hold (MobileNetV3-Large 1.06x on two Zen 4 threads, 0.95x
+    on one)."""
+    if target == "ort-cpu" and threads is None and (os.cpu_count() or 1) > 1:
+        return [None, 1]
+    return [threads]
+
+
 def _batches_to_check(original: onnx.ModelProto, batches: tuple[int, ...]) -> list[int]:
     """The batch sizes decided for where a data input (not a weight listed as an input) has a symbolic
     first dimension; else one run, at the first data input's own batch size."""
@@ -271,8 +281,14 @@ def _reoptimized(original: onnx.ModelProto, target: str, precision: str, policy:
                                          model_check=False, export_costs=None, **changes))
 
 
+def _run_name(r: dict) -> str:
+    """Batch and, where set, threads of a check's result: "batch 1" or "batch 1, 1 thread"."""
+    threads = r.get("threads")
+    return f"batch {r['batch']}" + (f", {threads} thread{'s' if threads > 1 else ''}" if threads else "")
+
+
 def _speedup_note(what: str, r: dict) -> str:
-    return (f"whole-model check, {what}, batch {r['batch']}: {r['speedup']:.3f}x "
+    return (f"whole-model check, {what}, {_run_name(r)}: {r['speedup']:.3f}x "
             f"(interquartile {r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}x)")
 
 
@@ -298,7 +314,7 @@ def _candidate(name: str, names: set[str]) -> str:
 
 
 def _with_more_fused(check, original_model, optimized, target: str, precision: str, policy: FusionPolicy,
-                     report: Report, batches: list[int], kernel_query=None):
+                     report: Report, runs: list[tuple[int, int | None]], kernel_query=None):
     """The checked model, or the same with more candidates fused where that model runs faster than it
     at every batch size (both against each other, interleaved): first the near misses, then every
     measured candidate left, each against the model kept so far. Each candidate was timed alone, and
@@ -313,7 +329,7 @@ def _with_more_fused(check, original_model, optimized, target: str, precision: s
         n = len(misses)
         what = (f"with {n} near miss{'es' if n > 1 else ''} fused" if limit is not None
                 else f"with every candidate fused ({n} more)")
-        kept = _with_fused(check, original_model, optimized, target, precision, policy, report, batches,
+        kept = _with_fused(check, original_model, optimized, target, precision, policy, report, runs,
                            kernel_query, misses, what, them)
         if kept is None:
             not_kept.append(misses)
@@ -323,7 +339,8 @@ def _with_more_fused(check, original_model, optimized, target: str, precision: s
 
 
 def _with_fused(check, original_model, optimized, target: str, precision: str, policy: FusionPolicy,
-                report: Report, batches: list[int], kernel_query, misses: set[str], what: str, them: str):
+                report: Report, runs: list[tuple[int, int | None]], kernel_query, misses: set[str], what: str,
+                them: str):
     """The model with `misses` fused too where it runs faster than the checked one at every batch size,
     else None (the notes say which and why)."""
     names = {d.node for d in report.decisions}
@@ -343,9 +360,9 @@ def _with_fused(check, original_model, optimized, target: str, precision: str, p
             save_model(variant, variant_path)
             variant = variant_path
             gc.collect()
-        for batch in batches:
+        for batch, threads in runs:
             r = check(optimized, variant, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS,
-                      threads=policy.threads)
+                      threads=threads)
             report.notes.append(_speedup_note(f"the model {what} against it", r))
             gains.append(r["speedup"])
             if r["speedup_q1"] < 1.0 or r["speedup"] < MODEL_CHECK_GAIN:
@@ -365,7 +382,7 @@ def _with_fused(check, original_model, optimized, target: str, precision: str, p
             d.fused = True
             d.reason = (f"{d.reason}; fused: the model with {them} ran "
                         f"{', '.join(f'{g:.3f}x' for g in gains)} the one without "
-                        f"(batch {', '.join(map(str, batches))})")
+                        f"({'; '.join(_run_name({'batch': b, 'threads': t}) for b, t in runs)})")
     _describe_with(report, variant_report, keep=("decisions", "costs"))
     report.notes.append(f"kept the model {what}")
     return optimized if variant_path is not None else variant
@@ -451,21 +468,22 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
 
         reference = original if precision == "fp32" else unfused_model(original_model(), target, precision)
         graph_of = load_model_split(original)[0] if isinstance(original, str) else original
-        batches = _batches_to_check(graph_of, policy.batches)
+        runs = [(batch, threads) for batch in _batches_to_check(graph_of, policy.batches)
+                for threads in _threads_to_check(target, policy.threads)]
 
         def slower_at(model: onnx.ModelProto | str, what: str, floor: float = MODEL_CHECK_FLOOR[target],
                       strict: bool = False) -> str | None:
             """Why `model` is slower than the original ("" where it is not), None where it cannot run.
             `strict`: two readings at each batch size, each with three rounds in four faster."""
             try:
-                for batch in batches:
+                for batch, threads in runs:
                     for attempt in range(2):
                         # the reference is already in `precision`: compared as it is
                         r = check(reference, model, backend=target, batch=batch, precision="fp32",
-                                  rounds=MODEL_CHECK_ROUNDS, threads=policy.threads)
+                                  rounds=MODEL_CHECK_ROUNDS, threads=threads)
                         report.notes.append(_speedup_note(what if attempt == 0 else f"{what}, again", r))
                         if r["slower"] or r["speedup"] < floor or (strict and r["speedup_q1"] < 1.0):
-                            return f"{what} ran {r['speedup']:.3f}x the original's speed at batch {r['batch']}"
+                            return f"{what} ran {r['speedup']:.3f}x the original's speed at {_run_name(r)}"
                         if not strict and r["speedup"] >= floor + MODEL_CHECK_CONFIRM[target]:
                             break
                 return ""
@@ -481,7 +499,7 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
             return optimized
         if verdict == "":
             kept = _with_more_fused(check, original_model, optimized, target, precision, policy, report,
-                                    batches, kernel_query)
+                                    runs, kernel_query)
             if fused or any(d.fused for d in report.decisions):
                 return kept
             return _unfused_or_original(kept, slower_at, original_model, precision, report)
