@@ -4,17 +4,18 @@ ort-cpu, fp32, decisions measured on this machine), in one process, interleaved 
 with its interquartile range, how many candidates fused, and the optimizer's time (measuring
 included, with an empty costs cache).
 
-    python bench/cpu_models.py [--models-dir DIR] [--zoo] [--rounds 30] [--markdown FILE] [--profile]
+    python bench/cpu_models.py [--models-dir DIR] [--zoo] [--rounds 30] [--markdown FILE] [--also-always]
+                               [--one-thread] [--profile]
 
 DIR holds .onnx files (bench/export_models.py writes torchvision/timm/ultralytics exports there).
---profile: also where the time goes, per op type (ORT's profiler, each node's median over 20 runs), in the
-original and in the model with every candidate fused.
+--also-always: also the model with every candidate fused (--fuse always). --one-thread: also the optimized
+model against the original on one intra-op thread (the whole-model check's second run). --profile: also
+where the time goes, per op type (`epifuse compare --by-op`), in the original and in the model with every
+candidate fused.
 """
 from __future__ import annotations
 
 import argparse
-import collections
-import json
 import os
 import platform
 import tempfile
@@ -24,12 +25,9 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 
-import numpy as np
-
 from models import zoo
 from optimizer import __version__, registry
-from optimizer.compare import compare
-from optimizer.libraries import library_path
+from optimizer.compare import compare, compare_by_op
 from optimizer.measure import _cpu_name
 from optimizer.passes.load import load_model
 from optimizer.pipeline import FusionPolicy, optimize_file
@@ -39,7 +37,7 @@ def _times(speedup: float) -> str:
     return "-" if speedup != speedup else f"{speedup:.3f}x"  # NaN: not run
 
 
-def row(name: str, path: Path, work: Path, rounds: int, also_always: bool) -> dict:
+def row(name: str, path: Path, work: Path, rounds: int, also_always: bool, one_thread: bool) -> dict:
     out = work / f"{name.replace('/', '_')}.epifuse.onnx"
     cache = work / f"{name.replace('/', '_')}.costs.json"  # empty: the optimizer's time includes measuring
     start = time.perf_counter()
@@ -47,50 +45,28 @@ def row(name: str, path: Path, work: Path, rounds: int, also_always: bool) -> di
     seconds = time.perf_counter() - start
     result = compare(load_model(str(path)), load_model(str(out)), backend="ort-cpu", rounds=rounds)
     fused = sum(d.fused for d in report.decisions)
+    single = float("nan")
+    if one_thread:
+        single = compare(load_model(str(path)), load_model(str(out)), backend="ort-cpu", rounds=rounds,
+                         threads=1)["speedup"]
     always = float("nan")
     if also_always:  # every candidate fused: the CPU kernel against ORT's convolutions, layer for layer
         out_always = work / f"{name.replace('/', '_')}.always.onnx"
         optimize_file(str(path), str(out_always), policy=FusionPolicy(mode="always"))
         always = compare(load_model(str(path)), load_model(str(out_always)), backend="ort-cpu", rounds=rounds)["speedup"]
-    return {"always": always, "model": name, "ort ms": result["original_ms"], "epifuse ms": result["optimized_ms"],
+    return {"always": always, "one thread": single, "model": name, "ort ms": result["original_ms"], "epifuse ms": result["optimized_ms"],
             "speed-up": result["speedup"], "q1": result["speedup_q1"], "q3": result["speedup_q3"],
             "fused": f"{fused}/{len(report.decisions)}", "optimize s": seconds,
             "measure s": report.pass_seconds.get("measure", 0.0)}
 
 
-def op_times(path: Path, runs: int = 20) -> dict[str, tuple[float, int]]:
-    """ms per run and node count of each op type; each node's median run (the first runs build the CPU
-    kernel's primitives)."""
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    so.profile_file_prefix = str(path.with_suffix(""))
-    so.register_custom_ops_library(str(library_path()))
-    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    feeds = {i.name: np.random.default_rng(0).random([d if isinstance(d, int) else 1 for d in i.shape], np.float32)
-             for i in session.get_inputs()}
-    for _ in range(runs):
-        session.run(None, feeds)
-    trace = Path(session.end_profiling())
-    per_node, op_of = collections.defaultdict(list), {}
-    for event in json.loads(trace.read_text()):
-        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
-            per_node[event["name"]].append(event["dur"])
-            op_of[event["name"]] = event["args"].get("op_name", "?")
-    trace.unlink()
-    totals: dict[str, list] = collections.defaultdict(lambda: [0.0, 0])
-    for node, durations in per_node.items():
-        totals[op_of[node]][0] += float(np.median(durations)) / 1000
-        totals[op_of[node]][1] += 1
-    return {op: (ms, n) for op, (ms, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])}
-
-
 def print_profile(name: str, original: Path, fused: Path) -> None:
-    sides = {"ORT on the original": op_times(original), "every candidate fused": op_times(fused)}
-    for side, times in sides.items():
-        total = sum(ms for ms, _ in times.values())
-        print(f"{name}, {side}: {total:.2f} ms of kernels a run")
-        for op, (ms, n) in list(times.items())[:10]:
-            print(f"  {op:24s} {ms:8.2f} ms  {n:4d} nodes")
+    sides = compare_by_op(str(original), str(fused))
+    for side, what in (("original", "ORT on the original"), ("optimized", "every candidate fused")):
+        times = sides[side]
+        print(f"{name}, {what}: {sum(times.values()):.2f} ms of kernels a run")
+        for op, ms in list(times.items())[:10]:
+            print(f"  {op:24s} {ms:8.2f} ms")
 
 
 def main() -> int:
@@ -99,6 +75,7 @@ def main() -> int:
     ap.add_argument("--zoo", action="store_true", help="also the embedded zoo models (models/zoo.py)")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--also-always", action="store_true", help="also time --fuse always (every candidate fused)")
+    ap.add_argument("--one-thread", action="store_true", help="also the speed-up on one intra-op thread")
     ap.add_argument("--markdown")
     ap.add_argument("--profile", action="store_true", help="also the time per op type in both models")
     args = ap.parse_args()
@@ -112,19 +89,20 @@ def main() -> int:
             named.append((f"zoo/{name}", path))
     rows = []
     for name, path in named:
-        rows.append(row(name, path, work, args.rounds, args.also_always or args.profile))
+        rows.append(row(name, path, work, args.rounds, args.also_always or args.profile, args.one_thread))
         r = rows[-1]
         print(f"{name}: {r['speed-up']:.3f}x ({r['q1']:.3f}-{r['q3']:.3f}), fused {r['fused']}, "
-              f"optimize {r['optimize s']:.1f} s; fuse=always {_times(r['always'])}", flush=True)
+              f"optimize {r['optimize s']:.1f} s; one thread {_times(r['one thread'])}; "
+              f"fuse=always {_times(r['always'])}", flush=True)
         if args.profile:
             print_profile(name, path, work / f"{name.replace('/', '_')}.always.onnx")
     header = (f"{_cpu_name()}, {len(os.sched_getaffinity(0))} threads, onnxruntime {ort.__version__}, epifuse "
               f"{__version__} ({registry.onednn_version() or 'no oneDNN'}), Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    lines = [header, "", "| model | ORT ms | epifuse ms | speed-up | interquartile | fused | optimize s (measuring) | fuse=always |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [header, "", "| model | ORT ms | epifuse ms | speed-up | interquartile | fused | optimize s (measuring) | "
+             "one thread | fuse=always |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['ort ms']:.2f} | {r['epifuse ms']:.2f} | {r['speed-up']:.3f}x | "
-              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['optimize s']:.1f} ({r['measure s']:.1f}) | {_times(r['always'])} |"
-              for r in rows]
+              f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['optimize s']:.1f} ({r['measure s']:.1f}) | "
+              f"{_times(r['one thread'])} | {_times(r['always'])} |" for r in rows]
     print("\n".join(lines))
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")
