@@ -84,7 +84,9 @@ def _run_optimize(args, console: Console, in_path: str, out_path: str, bench: bo
                 progress("verify")
             report.verify = verify(in_path, out_path, precision=args.precision,
                                    baseline=_precision_baseline(in_path, args.target, args.precision))
-        if bench and (report.verify is None or report.verify["passed"]):
+        if bench and report.original_kept:  # the input written back: timed against itself it reads only noise
+            report.bench = {"same_model": True, "slower": False}
+        elif bench and (report.verify is None or report.verify["passed"]):
             if progress:
                 progress("compare original and optimized")
             report.bench = _compare_files(in_path, out_path, backend=_bench_backend(args.target),
@@ -107,7 +109,8 @@ def _run_optimize(args, console: Console, in_path: str, out_path: str, bench: bo
     if report.bench is not None:
         from .compare import summary  # noqa: PLC0415
 
-        console.print(f"speed: {summary(report.bench)}", highlight=False)
+        console.print("speed: the original kept as it is, nothing to time" if report.bench.get("same_model")
+                      else f"speed: {summary(report.bench)}", highlight=False)
         if report.bench["slower"] and getattr(args, "require_faster", False):
             _remove_output(out_path)
             console.print(f"--require-faster: the optimized model is slower; {out_path} not written")

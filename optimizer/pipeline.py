@@ -439,6 +439,7 @@ def _unfused_or_original(unfused, slower_at, original_model, precision: str, rep
     plain = Report(target=report.target, precision=report.precision, nodes_before=report.nodes_before,
                    nodes_after=report.nodes_before, ops_before=report.ops_before, ops_after=dict(report.ops_before))
     _describe_with(report, plain, keep=("decisions", "costs"))
+    report.original_kept = True
     return original_model()
 
 

@@ -52,6 +52,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     verify: dict | None = None
     bench: dict | None = None                                 # optimize --bench: optimizer.compare's result
+    original_kept: bool = False                               # the whole-model check kept the input as it was
 
     def skip(self, node, reason: str) -> None:
         self.skipped.append(Skipped(node.name, node.op, reason))

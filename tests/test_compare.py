@@ -169,6 +169,28 @@ def test_require_faster_exits_3_and_writes_nothing_when_slower(tmp_path, capsys,
     assert out.exists() and "2.00x" in capsys.readouterr().out
 
 
+def test_bench_does_not_time_the_original_kept_against_itself(tmp_path, capsys, monkeypatch):
+    """Where the whole-model check wrote the input back, timing the two measures noise: identical models
+    read 0.97x with three rounds in four "slower" on a 0.14 ms model, and --require-faster would then have
+    refused the original itself."""
+    from optimizer import cli, pipeline
+
+    real = pipeline.optimize_file
+
+    def keeps_the_original(src, out, **kwargs):
+        report = real(src, out, **kwargs)
+        report.original_kept = True
+        return report
+
+    monkeypatch.setattr(cli, "optimize_file", keeps_the_original)
+    monkeypatch.setattr(cli, "_compare_files", lambda *a, **k: pytest.fail("timed the original against itself"))
+    src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["optimize", str(src), "-o", str(out), "--bench", "--require-faster", "--report", str(report)]) == 0
+    assert "the original kept as it is, nothing to time" in capsys.readouterr().out
+    assert out.exists() and json.loads(report.read_text())["bench"] == {"same_model": True, "slower": False}
+
+
 def test_require_faster_needs_bench(tmp_path, capsys):
     src = tmp_path / "m.onnx"
     onnx.save(zoo.build("resnet_tiny", batch=1), src)

@@ -745,6 +745,7 @@ def test_where_nothing_fuses_the_model_still_runs_against_the_original(tmp_path,
     assert ("BatchNormalization" in [n.op_type for n in optimized.graph.node]) == original_kept
     assert (optimized.graph == model.graph) == original_kept
     assert any(n.endswith("the original kept as it is") for n in report.notes) == original_kept
+    assert report.original_kept == original_kept
     assert (report.nodes_after == report.nodes_before and not report.bn_folded) == original_kept
 
 
