@@ -1,10 +1,14 @@
-"""The graph input's NCHW → NHWC move on ONNX Runtime's CPU EP: ORT's Transpose against
-epifuse::NchwToNhwc (the library's row interleave), one op a micro-model, batch and shape as models
-see them. Prints a markdown table with a copy of the same bytes (numpy, one thread) as the floor.
+"""The channels-last region's own ops on ONNX Runtime's CPU EP, one op a micro-model, shapes as models see
+them. (1) The graph input's NCHW → NHWC move: ORT's Transpose against epifuse::NchwToNhwc (the library's
+row interleave), with a copy of the same bytes (numpy, one thread) as the floor. (2) The squeeze-excite
+scale of an NHWC tensor: ORT's Mul by a [1, 1, 1, C] vector against epifuse::ChannelScale, and beside them
+ORT's Mul of the same product in NCHW (what the original model runs), on the default threads and on one,
+each side in blocks of runs in a session of its own, its pool spinning between runs as between a model's
+nodes.
 
     python bench/cpu_layout.py [--runs 200]
 
-Times are wall times of session.run, each side's median over interleaved runs; both sides pay the
+Times are wall times of session.run, each side's median over interleaved runs; every side pays the
 same session overhead (a few microseconds) and output allocation.
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ from onnx import TensorProto, helper
 
 from optimizer import __version__
 from optimizer.measure import _cpu_name
+from optimizer.passes.channel_scale import OP_TYPE as SCALE_OP
 from optimizer.passes.input_layout import OP_TYPE
 from optimizer.runtime import session_options
 
@@ -36,6 +41,71 @@ SHAPES = [
     ("eight channels", 1, 8, 224, 224),
     ("one channel (stays a Transpose)", 1, 1, 224, 224),
 ]
+
+
+# (what it is, H, C): EfficientNet-B0's and MobileNetV3-Large's squeeze-excite inputs at 224x224
+SCALES = [
+    ("EfficientNet-B0 block 1", 112, 32),
+    ("EfficientNet-B0 block 2", 56, 96),
+    ("EfficientNet-B0 block 3", 56, 144),
+    ("EfficientNet-B0 block 5", 28, 240),
+    ("MobileNetV3-Large block 4", 28, 72),
+    ("EfficientNet-B0 block 9", 14, 480),
+    ("EfficientNet-B0 block 12", 14, 672),
+    ("EfficientNet-B0 block 14", 7, 1152),
+]
+
+
+WARM_RUNS = 100  # a new session's first runs of a small op read up to 1.5x slower
+
+
+def _timed_in_blocks(models: dict, feeds: dict, options, runs: int, blocks: int = 4) -> dict[str, float]:
+    """Each model's median wall time (µs): `blocks` blocks a side in turn, each block in a session of its
+    own, opened after the previous side's is closed (no other pool spins), its pool spinning between runs
+    as between a model's nodes; a block's first WARM_RUNS not counted."""
+    times: dict[str, list[float]] = {side: [] for side in models}
+    for _ in range(blocks):
+        for side, model in models.items():
+            session = ort.InferenceSession(model, options(), providers=["CPUExecutionProvider"])
+            for i in range(runs // blocks + WARM_RUNS):
+                start = time.perf_counter()
+                session.run(None, feeds[side])
+                if i >= WARM_RUNS:
+                    times[side].append(time.perf_counter() - start)
+            del session
+    return {side: float(np.median(t)) * 1e6 for side, t in times.items()}
+
+
+def scale_table(runs: int) -> list[str]:
+    lines = ["| squeeze-excite input | 1 x H x W x C | threads | ORT Mul, NHWC µs | ChannelScale µs | speed-up | "
+             "ORT Mul, NCHW µs |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, h, c in SCALES:
+        rng = np.random.default_rng(0)
+        x, s = rng.standard_normal((1, h, h, c)).astype(np.float32), rng.standard_normal((1, 1, 1, c)).astype(np.float32)
+        models = {"ort": ("Mul", "", x, s), "epifuse": (SCALE_OP, "epifuse", x, s),
+                  "nchw": ("Mul", "", np.ascontiguousarray(x.transpose(0, 3, 1, 2)), s.reshape(1, c, 1, 1))}
+        for threads in (None, 1):
+            serialized, feeds = {}, {}
+            for side, (op, domain, xs, ss) in models.items():
+                graph = helper.make_graph(
+                    [helper.make_node(op, ["x", "s"], ["y"], domain=domain)], "scale",
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs.shape)),
+                     helper.make_tensor_value_info("s", TensorProto.FLOAT, list(ss.shape))],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(xs.shape))])
+                serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
+                    helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
+                feeds[side] = {"x": xs, "s": ss}
+
+            def options(threads=threads):
+                return session_options(**({"intra_op_num_threads": threads} if threads else {}))
+
+            check = ort.InferenceSession(serialized["epifuse"], options(), providers=["CPUExecutionProvider"])
+            assert np.array_equal(check.run(None, feeds["epifuse"])[0], x * s)
+            del check
+            us = _timed_in_blocks(serialized, feeds, options, runs)
+            lines.append(f"| {name} | 1x{h}x{h}x{c} | {threads or 'default'} | {us['ort']:.0f} | {us['epifuse']:.0f} | "
+                         f"{us['ort'] / us['epifuse']:.2f}x | {us['nchw']:.0f} |")
+    return lines
 
 
 def _model(node: onnx.NodeProto, shape) -> bytes:
@@ -80,6 +150,8 @@ def main() -> int:
     print("|---|---|---:|---:|---:|---:|")
     for name, shape, ort_us, ours_us, copy_us in rows:
         print(f"| {name} | {shape} | {ort_us:.0f} | {ours_us:.0f} | {ort_us / ours_us:.2f}x | {copy_us:.0f} |")
+    print()
+    print("\n".join(scale_table(args.runs)))
     return 0
 
 

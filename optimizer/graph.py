@@ -178,9 +178,9 @@ def light_copy(graph: gs.Graph) -> gs.Graph:
     return light
 
 
-def _inferred_shapes(light: gs.Graph) -> dict[str, list] | None:
-    """Every tensor's shape inferred afresh from `light`'s inputs (ints, dim_param names, None), with
-    ONNX's data propagation; None where the inference fails."""
+def _inferred_value_infos(light: gs.Graph) -> list | None:
+    """Every tensor's type inferred afresh from `light`'s inputs, with ONNX's data propagation; None where
+    the inference fails."""
     for t in light.tensors().values():
         if isinstance(t, gs.Variable) and t not in light.inputs:
             t.shape = None
@@ -189,10 +189,56 @@ def _inferred_shapes(light: gs.Graph) -> dict[str, list] | None:
                                                   data_prop=True)
     except Exception:  # noqa: BLE001 (an op the inference cannot handle: keep what is known)
         return None
-    return {vi.name: [d.dim_value if d.HasField("dim_value") else d.dim_param or None
-                      for d in vi.type.tensor_type.shape.dim]
-            for vi in [*model.graph.value_info, *model.graph.output, *model.graph.input]
-            if vi.type.tensor_type.HasField("shape")}
+    return [*model.graph.value_info, *model.graph.output, *model.graph.input]
+
+
+def _dims(vi) -> list:
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in vi.type.tensor_type.shape.dim]
+
+
+def _inferred_shapes(light: gs.Graph) -> dict[str, list] | None:
+    """Every tensor's shape inferred afresh from `light`'s inputs (ints, dim_param names, None)."""
+    infos = _inferred_value_infos(light)
+    return None if infos is None else {vi.name: _dims(vi) for vi in infos if vi.type.tensor_type.HasField("shape")}
+
+
+def _standard_stand_ins(light: gs.Graph) -> None:
+    """epifuse's ops in `light` as standard nodes of the same outputs, so that ONNX's shape inference sees
+    through them: a FusedConv as Transpose -> Conv -> Transpose (its filters KRSC), NchwToNhwc as a
+    Transpose, ChannelScale as a Mul."""
+    from . import contract  # noqa: PLC0415 (the contract module imports this one)
+
+    for node in [n for n in light.nodes if n.domain == contract.DOMAIN]:
+        if node.op == "NchwToNhwc":
+            node.op, node.domain, node.attrs = "Transpose", "", {"perm": list(NCHW_TO_NHWC)}
+        elif node.op == "ChannelScale":
+            node.op, node.domain, node.attrs = "Mul", "", {}
+        elif node.op == contract.OP_TYPE and len(node.inputs) >= 2 and len(node.outputs) == 1:
+            x, w, y = node.inputs[0], node.inputs[1], node.outputs[0]
+            x_nchw, w_kcrs, y_nchw = (gs.Variable(unique_name(light, f"{node.name}_{what}"))
+                                      for what in ("x_nchw", "w_kcrs", "y_nchw"))
+            set_inputs(node, [x_nchw, w_kcrs])
+            set_outputs(node, [y_nchw])
+            light.nodes += [gs.Node("Transpose", inputs=[x], outputs=[x_nchw], attrs={"perm": [0, 3, 1, 2]}),
+                            gs.Node("Transpose", inputs=[w], outputs=[w_kcrs], attrs={"perm": [0, 3, 1, 2]}),
+                            gs.Node("Transpose", inputs=[y_nchw], outputs=[y], attrs={"perm": list(NCHW_TO_NHWC)})]
+            node.op, node.domain = "Conv", ""
+            node.attrs = {k: node.attrs[k] for k in ("strides", "pads", "dilations", "group") if k in node.attrs}
+    light.toposort()
+
+
+def inferred_types(graph: gs.Graph) -> dict[str, tuple[np.dtype | None, list | None]]:
+    """Each tensor's element type and shape inferred afresh, epifuse's ops included, not written onto
+    `graph` (for a pass that runs where the layout pass has left its new tensors untyped)."""
+    light = light_copy(graph)
+    _standard_stand_ins(light)
+    infos = _inferred_value_infos(light) or []
+    types = {}
+    for vi in infos:
+        t = vi.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type) if t.elem_type else None
+        types[vi.name] = (dtype, _dims(vi) if t.HasField("shape") else None)
+    return types
 
 
 def infer_shapes_again(graph: gs.Graph) -> None:

@@ -29,6 +29,7 @@ from .passes.fc_as_conv import fc_as_conv
 from .passes.fold_affine import fold_affine
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
+from .passes.channel_scale import channel_scale
 from .passes.input_layout import input_layout
 from .passes.layout import layout
 from .passes.load import load_model, load_model_split, validate
@@ -622,6 +623,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = convert_precision(graph, report, precision, target)
         with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data
             graph = input_layout(graph, report, target)
+        with _timed(report, "channel_scale", progress, free_memory):  # after precision: float Muls only
+            graph = channel_scale(graph, report, target, precision)
     with _timed(report, "cleanup", progress, free_memory):
         out = cleanup(graph, report, template, defaults, input_structure)
     report.nodes_after = len(out.structure.graph.node)

@@ -1,5 +1,5 @@
-// The custom ops each part of the library registers under the "epifuse" domain: FusedConv and
-// NchwToNhwc.
+// The custom ops each part of the library registers under the "epifuse" domain: FusedConv,
+// NchwToNhwc and (CPU) ChannelScale.
 #pragma once
 #include <memory>
 #include <vector>
@@ -24,5 +24,7 @@ void add_cuda_ops(OpList* ops);
 // epifuse::NchwToNhwc (nchw_to_nhwc_op.h).
 void add_layout_cpu_ops(OpList* ops);
 void add_layout_cuda_ops(OpList* ops);
+// epifuse::ChannelScale (channel_scale_cpu.cc).
+void add_channel_scale_cpu_ops(OpList* ops);
 
 }  // namespace epifuse::ort

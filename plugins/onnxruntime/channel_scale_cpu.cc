@@ -1,0 +1,60 @@
+// epifuse::ChannelScale on the CPUExecutionProvider: Y [N, H, W, C] = X [N, H, W, C] * S [N or 1, 1, 1, C],
+// float. The optimizer writes it for ort-cpu in place of the squeeze-excite Mul of a channels-last region
+// (optimizer/passes/channel_scale.py), whose last-axis broadcast ORT's Mul runs a row at a time. The
+// core's kernel (plugins/core/channel_scale.h) on ORT's intra-op threads.
+#include <string>
+
+#include "channel_scale.h"
+#include "node_glue.h"
+#include "ort_ops.h"
+
+namespace epifuse::ort {
+namespace {
+
+constexpr const char* kChannelScale = "ChannelScale";
+
+struct ChannelScaleCpuKernel {
+  ChannelScaleCpuKernel(const OrtApi*, const OrtKernelInfo* info)
+      : node_(describe_node(Ort::ConstKernelInfo(info), kChannelScale)) {
+    const Status s = require_inputs(Ort::ConstKernelInfo(info), {"X", "S"});
+    if (!s.ok()) throw Ort::Exception(node_ + ": " + s.message(), ORT_INVALID_GRAPH);
+  }
+
+  Ort::Status Compute(OrtKernelContext* context, const Tensor<float>& X, const Tensor<float>& S, Tensor<float>& Y) {
+    try {
+      const Dims& x = X.Shape();
+      const Dims& s = S.Shape();
+      if (x.size() != 4) return error("X must be 4-D [N, H, W, C], got rank " + std::to_string(x.size()));
+      if (s.size() != 4 || s[1] != 1 || s[2] != 1 || s[3] != x[3] || (s[0] != 1 && s[0] != x[0]))
+        return error("S must be [N or 1, 1, 1, C] for X " + shape_text(x) + ", got " + shape_text(s));
+      float* y = Y.Allocate(x);
+      const Ort::KernelContext ctx(context);
+      const Status status = channel_scale_cpu(X.Data(), S.Data(), y, x[0], x[1] * x[2], x[3], s[0] != 1 || x[0] == 1,
+                                              ort_threads(ctx));
+      if (!status.ok()) return error(status.message(), ORT_RUNTIME_EXCEPTION);
+    } catch (const std::exception& e) {
+      return error(e.what(), ORT_RUNTIME_EXCEPTION);
+    }
+    return Ort::Status{nullptr};
+  }
+
+ private:
+  static std::string shape_text(const Dims& d) {
+    std::string text = "[";
+    for (size_t i = 0; i < d.size(); ++i) text += (i ? ", " : "") + std::to_string(d[i]);
+    return text + "]";
+  }
+  Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
+    return Ort::Status((node_ + ": " + message).c_str(), code);
+  }
+
+  std::string node_;
+};
+
+}  // namespace
+
+void add_channel_scale_cpu_ops(OpList* ops) {
+  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<ChannelScaleCpuKernel>(kChannelScale, "CPUExecutionProvider"));
+}
+
+}  // namespace epifuse::ort

@@ -1,0 +1,95 @@
+"""channel_scale: on ort-cpu (fp32) the squeeze-excite Mul of a channels-last region, X [N, H, W, C] times
+S [N or 1, 1, 1, C], becomes epifuse::ChannelScale with the same result; other targets and precisions keep
+(or get back) the Mul. The op itself is checked exactly against numpy, on both vector ISAs."""
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from models import zoo
+from optimizer.passes.channel_scale import OP_TYPE, channel_scale
+from optimizer.pipeline import FusionPolicy, optimize_model
+from optimizer.report import Report
+from optimizer.runtime import session_options
+from optimizer.verify import verify
+from tests.helpers import ops
+
+REWRITE = f"channels-last channel scale Mul → epifuse::{OP_TYPE} (ort-cpu)"
+
+
+def _scale_model(x_shape, s_shape, name="scale"):
+    node = helper.make_node(OP_TYPE, ["x", "s"], ["y"], name=name, domain="epifuse")
+    graph = helper.make_graph([node], "scale", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape)),
+                                                helper.make_tensor_value_info("s", TensorProto.FLOAT, list(s_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x_shape))])
+    return helper.make_model(graph, ir_version=9,
+                             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+
+
+def _run(model, x, s):
+    sess = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x, "s": s})[0]
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize("x_shape,s_shape", [((2, 5, 7, 19), (2, 1, 1, 19)), ((3, 4, 6, 19), (1, 1, 1, 19)),
+                                             ((1, 112, 112, 32), (1, 1, 1, 32)), ((1, 3, 3, 48), (1, 1, 1, 48)),
+                                             ((2, 9, 2, 1), (2, 1, 1, 1)), ((1, 0, 5, 8), (1, 1, 1, 8))])
+def test_the_op_scales_exactly(isa, x_shape, s_shape, monkeypatch):
+    monkeypatch.setenv("EPIFUSE_CPU_ISA", isa)  # a cap: the AVX2 path on an AVX-512 CPU
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    s = rng.standard_normal(s_shape).astype(np.float32)
+    if x.size:
+        x.flat[0], x.flat[-1] = np.nan, np.inf  # IEEE products, as numpy's
+    y = _run(_scale_model(x_shape, s_shape), x, s)
+    np.testing.assert_array_equal(y, x * s)
+
+
+def test_a_scale_of_the_wrong_shape_is_an_error_naming_the_node():
+    model = _scale_model((2, 4, 4, 8), (2, 1, 1, 7), name="bad_scale")
+    with pytest.raises(Exception, match=r"epifuse::ChannelScale node 'bad_scale'.*\[2, 1, 1, 7\]"):
+        _run(model, np.zeros((2, 4, 4, 8), np.float32), np.zeros((2, 1, 1, 7), np.float32))
+
+
+@pytest.mark.parametrize("build", [zoo.efficientnet_tiny, zoo.mobilenetv3_tiny])
+def test_squeeze_excite_scales_become_the_op_with_the_same_result(build, tmp_path):
+    original = onnx.shape_inference.infer_shapes(build())
+    optimized, report = optimize_model(original, target="ort-cpu", policy=FusionPolicy(mode="always"))
+    assert report.canonicalized[REWRITE] > 0 and OP_TYPE in ops(optimized) and "Mul" not in ops(optimized)
+    onnx.save(original, tmp_path / "o.onnx")
+    onnx.save(optimized, tmp_path / "e.onnx")
+    assert verify(str(tmp_path / "o.onnx"), str(tmp_path / "e.onnx"))["passed"]
+
+
+@pytest.mark.parametrize("target,precision", [("ort-cuda", "fp32"), ("ort-cpu", "fp16"), ("tensorrt", "fp32")])
+def test_other_targets_and_precisions_keep_the_mul(target, precision):
+    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.efficientnet_tiny()), target=target,
+                                       precision=precision, policy=FusionPolicy(mode="always"))
+    assert OP_TYPE not in ops(optimized) and not any(OP_TYPE in k for k in report.canonicalized)
+
+
+def test_the_op_goes_back_to_a_mul_for_another_target():
+    graph = gs.import_onnx(_scale_model((1, 4, 4, 8), (1, 1, 1, 8)))
+    report = Report()
+    channel_scale(graph, report, "tensorrt", "fp32")
+    assert [(n.op, n.domain or "") for n in graph.nodes] == [("Mul", "")]
+    assert report.canonicalized[f"epifuse::{OP_TYPE} → Mul (tensorrt, fp32)"] == 1
+
+
+def test_a_mul_of_other_shapes_stays():
+    """Broadcast over H and W only, by a constant, between two vectors: not the channel scale."""
+    def model(x_shape, s_shape):
+        graph = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "m",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape)),
+                                   helper.make_tensor_value_info("s", TensorProto.FLOAT, list(s_shape))],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        return gs.import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+    for x_shape, s_shape in [((1, 8, 4, 4), (1, 8, 1, 1)), ((1, 4, 4, 8), (1, 4, 4, 1)), ((1, 1, 1, 8), (1, 1, 1, 8)),
+                             ((2, 4, 4, 8), (3, 1, 1, 8)), ((1, 4, 4, 8), (1, 1, 1, 1))]:
+        graph = model(x_shape, s_shape)
+        channel_scale(graph, Report(), "ort-cpu", "fp32")
+        assert [n.op for n in graph.nodes] == ["Mul"], (x_shape, s_shape)
