@@ -315,7 +315,7 @@ def _candidate(name: str, names: set[str]) -> str:
 
 
 def _with_more_fused(check, original_model, optimized, target: str, precision: str, policy: FusionPolicy,
-                     report: Report, runs: list[tuple[int, int | None]], kernel_query=None):
+                     report: Report, runs: list[tuple[int, int | None, bool]], kernel_query=None):
     """The checked model, or the same with more candidates fused where that model runs faster than it
     at every batch size (both against each other, interleaved): first the near misses, then every
     measured candidate left, each against the model kept so far. Each candidate was timed alone, and
@@ -340,7 +340,7 @@ def _with_more_fused(check, original_model, optimized, target: str, precision: s
 
 
 def _with_fused(check, original_model, optimized, target: str, precision: str, policy: FusionPolicy,
-                report: Report, runs: list[tuple[int, int | None]], kernel_query, misses: set[str], what: str,
+                report: Report, runs: list[tuple[int, int | None, bool]], kernel_query, misses: set[str], what: str,
                 them: str):
     """The model with `misses` fused too where it runs faster than the checked one at every batch size,
     else None (the notes say which and why)."""
@@ -361,12 +361,14 @@ def _with_fused(check, original_model, optimized, target: str, precision: str, p
             save_model(variant, variant_path)
             variant = variant_path
             gc.collect()
-        for batch, threads in runs:
+        for batch, threads, primary in runs:
             r = check(optimized, variant, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS,
                       threads=threads)
             report.notes.append(_speedup_note(f"the model {what} against it", r))
             gains.append(r["speedup"])
-            if r["speedup_q1"] < 1.0 or r["speedup"] < MODEL_CHECK_GAIN:
+            # it must gain on the thread count decided for, and not lose on the extra one
+            if (r["speedup_q1"] < 1.0 or r["speedup"] < MODEL_CHECK_GAIN) if primary else (
+                    r["slower"] or r["speedup"] < MODEL_CHECK_FLOOR[target]):
                 return None
         keep = True
     except Exception as e:  # noqa: BLE001 (a session refused, a variant failed: the checked model stands)
@@ -383,7 +385,7 @@ def _with_fused(check, original_model, optimized, target: str, precision: str, p
             d.fused = True
             d.reason = (f"{d.reason}; fused: the model with {them} ran "
                         f"{', '.join(f'{g:.3f}x' for g in gains)} the one without "
-                        f"({'; '.join(_run_name({'batch': b, 'threads': t}) for b, t in runs)})")
+                        f"({'; '.join(_run_name({'batch': b, 'threads': t}) for b, t, _ in runs)})")
     _describe_with(report, variant_report, keep=("decisions", "costs"))
     report.notes.append(f"kept the model {what}")
     return optimized if variant_path is not None else variant
@@ -470,23 +472,26 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
 
         reference = original if precision == "fp32" else unfused_model(original_model(), target, precision)
         graph_of = load_model_split(original)[0] if isinstance(original, str) else original
-        runs = [(batch, threads) for batch in _batches_to_check(graph_of, policy.batches)
+        # (batch, threads, whether the model must gain there or only not lose: the extra thread count)
+        runs = [(batch, threads, threads == policy.threads) for batch in _batches_to_check(graph_of, policy.batches)
                 for threads in _threads_to_check(target, policy.threads)]
 
         def slower_at(model: onnx.ModelProto | str, what: str, floor: float = MODEL_CHECK_FLOOR[target],
                       strict: bool = False) -> str | None:
             """Why `model` is slower than the original ("" where it is not), None where it cannot run.
-            `strict`: two readings at each batch size, each with three rounds in four faster."""
+            `floor` and `strict` (two readings at each batch size, each with three rounds in four faster)
+            hold on the thread count decided for; on the extra one the model need only not be slower."""
             try:
-                for batch, threads in runs:
+                for batch, threads, primary in runs:
+                    run_floor, run_strict = (floor, strict) if primary else (MODEL_CHECK_FLOOR[target], False)
                     for attempt in range(2):
                         # the reference is already in `precision`: compared as it is
                         r = check(reference, model, backend=target, batch=batch, precision="fp32",
                                   rounds=MODEL_CHECK_ROUNDS, threads=threads)
                         report.notes.append(_speedup_note(what if attempt == 0 else f"{what}, again", r))
-                        if r["slower"] or r["speedup"] < floor or (strict and r["speedup_q1"] < 1.0):
+                        if r["slower"] or r["speedup"] < run_floor or (run_strict and r["speedup_q1"] < 1.0):
                             return f"{what} ran {r['speedup']:.3f}x the original's speed at {_run_name(r)}"
-                        if not strict and r["speedup"] >= floor + MODEL_CHECK_CONFIRM[target]:
+                        if not run_strict and r["speedup"] >= run_floor + MODEL_CHECK_CONFIRM[target]:
                             break
                 return ""
             except Exception as e:  # noqa: BLE001 (ONNX Runtime refusing a session: the measured decisions stand)
