@@ -24,12 +24,12 @@ from .errors import EpifuseError
 from .passes.activation_ops import activation_ops
 from .passes.affine_to_batchnorm import affine_to_batchnorm
 from .passes.canonicalize import canonicalize
+from .passes.channel_scale import channel_scale
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
 from .passes.fold_affine import fold_affine
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
-from .passes.channel_scale import channel_scale
 from .passes.input_layout import input_layout
 from .passes.layout import layout
 from .passes.load import load_model, load_model_split, validate
@@ -79,10 +79,10 @@ class FusionPolicy:
     tune --export-costs`); without one, "auto" measures on this machine where it can run the target
     (ort-cpu always; ort-cuda with a GPU, onnxruntime-gpu and a CUDA build), within `measure_budget_s`
     seconds (None: MEASURE_BUDGET_S for the target), caching what it measured in `cache_path`. `batches`: the batch sizes a symbolic batch
-    dimension is decided for (a candidate fuses only where faster at each). `threads`: ort-cpu's intra-op
-    threads the model will run with, measured and checked with; None: ONNX Runtime's default (one per
-    core), the whole model also checked on one thread, where a model decided on the default can be slower. `timer`: a measuring timer
-    to use instead of ONNX Runtime's (tests). `allow_tf32`: fp32 FusedConvs for a CUDA target may compute
+    dimension is decided for (a candidate fuses only where faster at each). `threads`: ort-cpu's
+    intra-op threads the model will run with, measured and checked with; None: ONNX Runtime's default
+    (one per core), the whole model also checked on one thread, where a model decided on the default
+    can be slower. `timer`: a measuring timer to use instead of ONNX Runtime's (tests). `allow_tf32`: fp32 FusedConvs for a CUDA target may compute
     in TF32 on the tensor cores (their allow_tf32 attribute), as cuDNN, ONNX Runtime and PyTorch compute
     fp32 convs by default; False keeps fp32-level accuracy (`--precision fp32-strict`)."""
 
@@ -257,9 +257,14 @@ def _threads_to_check(target: str, threads: int | None) -> list[int | None]:
     (None) on a machine of several cores, also one thread (a server's workers often run on one), where a
     thin gain measured on the default did not hold (MobileNetV3-Large 1.06x on two Zen 4 threads, 0.95x
     on one)."""
-    if target == "ort-cpu" and threads is None and (os.cpu_count() or 1) > 1:
+    if target == "ort-cpu" and threads is None and _cores() > 1:
         return [None, 1]
     return [threads]
+
+
+def _cores() -> int:
+    """The cores this process may run on (ONNX Runtime's default threads are at most these)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _batches_to_check(original: onnx.ModelProto, batches: tuple[int, ...]) -> list[int]:
