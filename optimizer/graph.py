@@ -5,6 +5,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from . import contract
+
 NCHW_TO_NHWC = (0, 2, 3, 1)
 NHWC_TO_NCHW = (0, 3, 1, 2)
 
@@ -206,8 +208,6 @@ def _standard_stand_ins(light: gs.Graph) -> None:
     """epifuse's ops in `light` as standard nodes of the same outputs, so that ONNX's shape inference sees
     through them: a FusedConv as Transpose -> Conv -> Transpose (its filters KRSC), NchwToNhwc as a
     Transpose, ChannelScale as a Mul."""
-    from . import contract  # noqa: PLC0415 (the contract module imports this one)
-
     for node in [n for n in light.nodes if n.domain == contract.DOMAIN]:
         if node.op == "NchwToNhwc":
             node.op, node.domain, node.attrs = "Transpose", "", {"perm": list(NCHW_TO_NHWC)}
