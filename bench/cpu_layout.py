@@ -97,7 +97,7 @@ def scale_table(runs: int) -> list[str]:
                 feeds[side] = {"x": xs, "s": ss}
 
             def options(threads=threads):
-                return session_options(**({"intra_op_num_threads": threads} if threads else {}))
+                return session_options(threads=threads)
 
             check = ort.InferenceSession(serialized["epifuse"], options(), providers=["CPUExecutionProvider"])
             assert np.array_equal(check.run(None, feeds["epifuse"])[0], x * s)

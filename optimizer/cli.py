@@ -16,6 +16,7 @@ from .errors import EpifuseError
 from .passes.save import same_file
 from .pipeline import PRECISIONS, TARGETS, FusionPolicy, optimize_file, optimize_model, unfused_model
 from .report import Report
+from .runtime import cpu_threads
 from .tensorrt import add_build_engine_command
 from .triton import add_export_triton_command
 
@@ -41,23 +42,12 @@ def _batches(text: str) -> tuple[int, ...]:
     return batches
 
 
-def _threads(threads: int | None, target: str) -> int | None:
-    """--threads, where given: a positive count, on ort-cpu."""
-    if threads is None:
-        return None
-    if threads < 1:
-        raise EpifuseError(f"--threads must be at least 1, got {threads}")
-    if target != "ort-cpu":
-        raise EpifuseError(f"--threads sets ONNX Runtime's CPU threads: it needs ort-cpu, not {target}")
-    return threads
-
-
 def _policy(args) -> FusionPolicy:
     if args.measure_budget is not None and args.measure_budget < 0:
         raise EpifuseError(f"--measure-budget must not be negative, got {args.measure_budget}")
     return FusionPolicy(mode=args.fuse, costs_file=args.costs, costs_device=args.costs_device,
                         measure_budget_s=args.measure_budget, batches=_batches(args.batch),
-                        threads=_threads(args.threads, args.target),
+                        threads=cpu_threads(args.threads, args.target),
                         model_check=False if args.no_model_check else None,
                         allow_tf32=getattr(args, "allow_tf32", True))
 
@@ -91,7 +81,7 @@ def _run_optimize(args, console: Console, in_path: str, out_path: str, bench: bo
                 progress("compare original and optimized")
             report.bench = _compare_files(in_path, out_path, backend=_bench_backend(args.target),
                                           batch=_batches(args.batch)[0], precision=args.precision, rounds=args.runs,
-                                          threads=_threads(args.threads, args.target))
+                                          threads=cpu_threads(args.threads, args.target))
     except BaseException:
         if written:  # never a file this run did not write (an output path refused as the input, say)
             _remove_output(out_path)
@@ -171,7 +161,7 @@ def cmd_compare(args, console: Console) -> int:
     backend = args.backend or _available_backend(console)
     if args.by_op and backend != "ort-cpu":
         raise EpifuseError(f"--by-op reads ONNX Runtime's CPU profiler: it needs --backend ort-cpu, not {backend}")
-    threads = _threads(args.threads, backend)
+    threads = cpu_threads(args.threads, backend)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("compare", total=args.runs)
         result = _compare_files(args.original, args.optimized, backend=backend, batch=args.batch,

@@ -23,6 +23,7 @@ import time
 import onnx
 
 from .errors import EpifuseError
+from .runtime import cpu_threads, create_session, session_options
 
 ROUND_SECONDS = 0.02
 
@@ -67,10 +68,7 @@ class _CpuRunner:
     random."""
 
     def __init__(self, model: onnx.ModelProto, feeds: dict, threads: int | None = None):
-        from .runtime import create_session  # noqa: PLC0415
-
-        opts = {"intra_op_num_threads": threads} if threads else {}
-        self.session = create_session(_source(model), backend="ort-cpu", allow_spinning=False, **opts)
+        self.session = create_session(_source(model), backend="ort-cpu", allow_spinning=False, threads=threads)
         self.feeds = feeds
 
     def __call__(self) -> float:
@@ -85,8 +83,6 @@ class _CudaRunner:
 
     def __init__(self, data: bytes, feeds: dict, outputs: dict, prefer_nhwc: bool):
         import onnxruntime as ort  # noqa: PLC0415
-
-        from .runtime import create_session  # noqa: PLC0415
 
         for graph in (True, False):
             try:
@@ -114,8 +110,6 @@ class _CudaRunner:
 def _runners(model: Model, feeds: dict, backend: str, threads: int | None = None) -> list:
     if backend == "ort-cpu":
         return [_CpuRunner(model, feeds, threads)]
-    from .runtime import create_session  # noqa: PLC0415
-
     data = _source(model)
     probe = create_session(data, backend="ort-cuda")
     outputs = dict(zip([o.name for o in probe.get_outputs()], probe.run(None, feeds)))  # shapes a graph can keep
@@ -161,8 +155,7 @@ def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
     each a model or the path of one. `threads`: ort-cpu's intra-op threads (None: ORT's default)."""
     if backend not in ("ort-cpu", "ort-cuda"):
         raise EpifuseError(f"compare runs on ort-cpu or ort-cuda, not {backend}")
-    if threads is not None and (backend != "ort-cpu" or threads < 1):
-        raise EpifuseError(f"a thread count is for ort-cpu, at least 1: got {threads} on {backend}")
+    cpu_threads(threads, backend)
     if rounds < 2:
         raise EpifuseError(f"--runs must be at least 2, got {rounds}")
     from .verify import random_inputs  # noqa: PLC0415
@@ -185,14 +178,13 @@ def time_by_op(model: Model, feeds: dict, runs: int = 20, threads: int | None = 
     """Kernel time of each op type of `model` on ONNX Runtime's CPU EP, ms a run (the median over `runs`
     runs after a warm-up one), read from ORT's profiler: where a model's time goes. The profiler adds a
     few µs to every node it times, so a model of many small nodes reads slower than it runs."""
-    from .measure import kernel_times_by_run  # noqa: PLC0415
-    from .runtime import session_options  # noqa: PLC0415
-
     import onnxruntime as ort  # noqa: PLC0415
 
+    from .measure import kernel_times_by_run  # noqa: PLC0415
+
     with tempfile.TemporaryDirectory(prefix="epifuse-profile-") as folder:
-        options = session_options(enable_profiling=True, profile_file_prefix=os.path.join(folder, "profile"),
-                                  **({"intra_op_num_threads": threads} if threads else {}))
+        options = session_options(threads=threads, enable_profiling=True,
+                                  profile_file_prefix=os.path.join(folder, "profile"))
         session = ort.InferenceSession(_source(model), options, providers=["CPUExecutionProvider"])
         for _ in range(runs + 1):
             session.run(None, feeds)

@@ -359,7 +359,7 @@ def _cpu_worker(conn, threads: int | None = None) -> None:
     if threads is None:
         os.environ["EPIFUSE_TUNE"] = "1"
     else:
-        session_options = functools.partial(session_options, intra_op_num_threads=threads)
+        session_options = functools.partial(session_options, threads=threads)
     with tempfile.TemporaryDirectory(prefix="epifuse-measure-") as folder:  # the profiles' folder goes with it
         _serve_cpu_requests(conn, folder, ort, session_options)
 

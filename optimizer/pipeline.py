@@ -43,6 +43,7 @@ from .passes.save import check_output_path, save_model
 from .passes.shape_constants import shape_constants
 from .proto import SplitModel, skeleton
 from .report import Report
+from .runtime import cpu_threads
 
 G_LOGGER.severity = G_LOGGER.ERROR  # gs warns about optional colour output on first use
 LARGE_MODEL_BYTES = 32 * 2**20
@@ -136,8 +137,7 @@ def _timer_for(target: str, threads: int | None = None):
 
 def make_decider(policy: FusionPolicy, target: str, precision: str, report: Report) -> Decider:
     mode = policy.resolved_mode()
-    if policy.threads is not None and (target != "ort-cpu" or policy.threads < 1):
-        raise EpifuseError(f"a thread count is for ort-cpu, at least 1: got {policy.threads} for {target}")
+    cpu_threads(policy.threads, target)
     costs: Costs = Costs()
     if mode == "auto":
         if policy.costs_file:

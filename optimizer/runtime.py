@@ -7,14 +7,24 @@ from .errors import EpifuseError
 from .libraries import CORE_LIBRARY, ORT_LIBRARY, LibraryNotFound, library_path  # noqa: F401 (re-exported)
 
 
-def session_options(allow_spinning: bool = True, **opts):
+def cpu_threads(threads: int | None, target: str) -> int | None:
+    """`threads` checked as an ort-cpu intra-op thread count (None: ONNX Runtime's default)."""
+    if threads is not None and (target != "ort-cpu" or threads < 1):
+        raise EpifuseError(f"a thread count (--threads) is for ort-cpu and at least 1: got {threads} for {target}")
+    return threads
+
+
+def session_options(allow_spinning: bool = True, threads: int | None = None, **opts):
     """``ort.SessionOptions`` with the epifuse custom-op library registered; keyword arguments
-    set attributes of the options (e.g. ``intra_op_num_threads=2``). ``allow_spinning=False`` keeps
-    the thread pools from spinning after a run (for timing two sessions in turn)."""
+    set attributes of the options (e.g. ``inter_op_num_threads=2``). ``threads``: the intra-op
+    threads (None: ONNX Runtime's default, one per core). ``allow_spinning=False`` keeps the thread
+    pools from spinning after a run (for timing two sessions in turn)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.register_custom_ops_library(str(library_path(ORT_LIBRARY)))
+    if threads is not None:
+        so.intra_op_num_threads = threads
     if not allow_spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.add_session_config_entry("session.inter_op.allow_spinning", "0")
