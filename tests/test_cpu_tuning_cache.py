@@ -27,6 +27,16 @@ def _entries(path: Path) -> list[list[str]]:
     return [line.split("\t") for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def _tuned_entry(tmp_path, monkeypatch) -> tuple[str, str]:
+    """(device, problem) of DESC's line in a cache tuned afresh; EPIFUSE_TUNE is left unset."""
+    monkeypatch.setenv("EPIFUSE_TUNE", "1")
+    monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "tuned.tsv"))
+    _auto_kernel()
+    ((device, problem, _),) = _entries(tmp_path / "tuned.tsv")
+    monkeypatch.delenv("EPIFUSE_TUNE")
+    return device, problem
+
+
 def test_a_choice_is_written_only_where_tuning_is_enabled(tmp_path, monkeypatch):
     monkeypatch.delenv("EPIFUSE_TUNE", raising=False)
     monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "untuned.tsv"))
@@ -46,15 +56,11 @@ def test_a_choice_is_written_only_where_tuning_is_enabled(tmp_path, monkeypatch)
 @pytest.mark.parametrize("kept", ["onednn", "direct"])
 def test_a_kept_choice_decides_the_kernel(kept, tmp_path, monkeypatch):
     """One of the two is the slower here, yet the kept choice runs either way: it decides, not a timing."""
-    monkeypatch.setenv("EPIFUSE_TUNE", "1")
-    monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "tuned.tsv"))
-    _auto_kernel()
-    ((device, problem, _),) = _entries(tmp_path / "tuned.tsv")
+    device, problem = _tuned_entry(tmp_path, monkeypatch)
     direct = problem.split(" or onednn: ")[0]
     choice = "onednn" if kept == "onednn" else direct
     forged = tmp_path / "kept.tsv"
     forged.write_text(f"{device}\t{problem}\tsomething else\n{device}\t{problem}\t{choice}\n")  # later lines win
-    monkeypatch.delenv("EPIFUSE_TUNE")
     monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(forged))
     name = _auto_kernel()
     assert name.startswith("onednn ") if kept == "onednn" else name == direct
@@ -62,12 +68,10 @@ def test_a_kept_choice_decides_the_kernel(kept, tmp_path, monkeypatch):
 
 
 def test_an_unknown_choice_is_timed_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("EPIFUSE_TUNE", "1")
-    monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "tuned.tsv"))
-    _auto_kernel()
-    ((device, problem, _),) = _entries(tmp_path / "tuned.tsv")
+    device, problem = _tuned_entry(tmp_path, monkeypatch)
     stale = tmp_path / "stale.tsv"
     stale.write_text(f"{device}\t{problem}\ta kernel this build does not have\n")
+    monkeypatch.setenv("EPIFUSE_TUNE", "1")  # the new timing is written after the stale line
     monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(stale))
     name = _auto_kernel()
     assert _entries(stale)[-1] == [device, problem, "onednn" if name.startswith("onednn") else name]
@@ -100,11 +104,7 @@ def test_tune_keeps_a_cpu_models_choices(tmp_path, monkeypatch):
 @pytest.mark.parametrize("kept", ["onednn", "direct"])
 def test_choices_another_process_adds_later_are_read(kept, tmp_path, monkeypatch):
     """The optimizer's whole-model check runs in the main process, after its measuring process wrote."""
-    monkeypatch.setenv("EPIFUSE_TUNE", "1")
-    monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "tuned.tsv"))
-    _auto_kernel()
-    ((device, problem, _),) = _entries(tmp_path / "tuned.tsv")
-    monkeypatch.delenv("EPIFUSE_TUNE")
+    device, problem = _tuned_entry(tmp_path, monkeypatch)
     shared = tmp_path / "shared.tsv"
     monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(shared))
     other = ConvDesc.from_attributes(registry.FLOAT, (1, 9, 9, 32), (32, 3, 3, 1), pads=(1, 1, 1, 1), group=32)
