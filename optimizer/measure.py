@@ -36,6 +36,7 @@ from . import __version__, contract
 from .costs import NHWC_POOL, NHWC_POOL_GEMV, FusionGroup
 from .graph import constant_value, shape_of
 from .libraries import CUDA_LIBRARY, ORT_LIBRARY, LibraryNotFound, library_path
+from .runtime import cpu_cores
 
 ONNX_DTYPE = {"fp32": onnx.TensorProto.FLOAT, "fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}
 LAYOUT_GLUE = {"ReorderInput", "ReorderOutput", "Transpose"}  # ops ORT adds around a lone NCHWc conv
@@ -275,7 +276,7 @@ class OrtCpuTimer:
         import onnxruntime as ort
 
         self.threads = threads  # the sessions' intra-op threads; None: ONNX Runtime's default, one per core
-        self.device = f"{_cpu_name()} ({threads or len(os.sched_getaffinity(0))} threads)"
+        self.device = f"{_cpu_name()} ({threads or cpu_cores()} threads)"
         self.library = f"onnxruntime {ort.__version__} cpu, epifuse {__version__} {_build_of(ORT_LIBRARY)}"
         self._worker = None
 

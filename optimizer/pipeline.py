@@ -43,7 +43,7 @@ from .passes.save import check_output_path, save_model
 from .passes.shape_constants import shape_constants
 from .proto import SplitModel, skeleton
 from .report import Report
-from .runtime import cpu_threads
+from .runtime import cpu_cores, cpu_threads
 
 G_LOGGER.severity = G_LOGGER.ERROR  # gs warns about optional colour output on first use
 LARGE_MODEL_BYTES = 32 * 2**20
@@ -257,14 +257,9 @@ def _threads_to_check(target: str, threads: int | None) -> list[int | None]:
     (None) on a machine of several cores, also one thread (a server's workers often run on one), where a
     thin gain measured on the default did not hold (MobileNetV3-Large 1.06x on two Zen 4 threads, 0.95x
     on one)."""
-    if target == "ort-cpu" and threads is None and _cores() > 1:
+    if target == "ort-cpu" and threads is None and cpu_cores() > 1:
         return [None, 1]
     return [threads]
-
-
-def _cores() -> int:
-    """The cores this process may run on (ONNX Runtime's default threads are at most these)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _batches_to_check(original: onnx.ModelProto, batches: tuple[int, ...]) -> list[int]:

@@ -1,10 +1,16 @@
 """Opening epifuse models on ONNX Runtime (the plugin libraries are found by optimizer.libraries)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .errors import EpifuseError
 from .libraries import CORE_LIBRARY, ORT_LIBRARY, LibraryNotFound, library_path  # noqa: F401 (re-exported)
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on (ONNX Runtime's default intra-op threads are at most these)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def cpu_threads(threads: int | None, target: str) -> int | None:

@@ -1059,7 +1059,7 @@ def test_the_whole_model_check_runs_with_the_thread_count_decided_for(tmp_path):
 def test_on_the_default_threads_the_model_is_also_checked_on_one(one_thread, kept, tmp_path, monkeypatch):
     """A model decided on the default threads can be slower on one (MobileNetV3-Large 1.06x on two Zen 4
     threads, 0.95x on one): where it is, the fusions go as at any run the check finds slower."""
-    monkeypatch.setattr(pipeline, "_cores", lambda: 2)
+    monkeypatch.setattr(pipeline, "cpu_cores", lambda: 2)
     model, (a, b) = _chain(2)
     check = FakeModelCheck(lambda ks, batch: 1.0 if not ks else one_thread if check.threads[-1] == 1 else 1.3)
     _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
@@ -1080,7 +1080,7 @@ def test_a_thread_count_is_for_the_cpu(tmp_path):
 def test_a_near_miss_must_gain_on_the_default_threads_and_not_lose_on_one(one_thread, kept, tmp_path, monkeypatch):
     """On the extra thread count the model with the near miss need only not be slower than the checked one
     (ConvNeXt-T's 15 near misses: 1.054x on two Zen 4 threads, 1.013x on one, kept at 1.22x in all)."""
-    monkeypatch.setattr(pipeline, "_cores", lambda: 2)
+    monkeypatch.setattr(pipeline, "cpu_cores", lambda: 2)
     model, (a, b, c) = _chain(3)
 
     def speedup(ks, batch):
