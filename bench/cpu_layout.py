@@ -4,7 +4,8 @@ row interleave), with a copy of the same bytes (numpy, one thread) as the floor.
 scale of an NHWC tensor: ORT's Mul by a [1, 1, 1, C] vector against epifuse::ChannelScale, and beside them
 ORT's Mul of the same product in NCHW (what the original model runs), on the default threads and on one,
 each side in blocks of runs in a session of its own, its pool spinning between runs as between a model's
-nodes.
+nodes. (3) The layer norm over the channels: ORT's LayerNormalization(axis=-1) against epifuse::LayerNorm,
+timed the same way.
 
     python bench/cpu_layout.py [--runs 200]
 
@@ -27,6 +28,7 @@ from optimizer import __version__
 from optimizer.measure import _cpu_name
 from optimizer.passes.channel_scale import OP_TYPE as SCALE_OP
 from optimizer.passes.input_layout import OP_TYPE
+from optimizer.passes.layer_norm import OP_TYPE as NORM_OP
 from optimizer.runtime import session_options
 
 # (what it is, N, C, H, W)
@@ -55,6 +57,16 @@ SCALES = [
     ("EfficientNet-B0 block 14", 7, 1152),
 ]
 
+# (what it is, shape): ConvNeXt-T's norms at 224x224 (stages 1-4), a transformer neck's tokens, and the
+# shortest rows the op takes
+NORMS = [
+    ("ConvNeXt-T stage 1", (1, 56, 56, 96)),
+    ("ConvNeXt-T stage 2", (1, 28, 28, 192)),
+    ("ConvNeXt-T stage 3", (1, 14, 14, 384)),
+    ("ConvNeXt-T stage 4", (1, 7, 7, 768)),
+    ("40 tokens of 120", (1, 40, 120)),
+    ("32 values a row", (1, 16, 16, 32)),
+]
 
 WARM_RUNS = 100  # a new session's first runs of a small op read up to 1.5x slower
 
@@ -108,6 +120,36 @@ def scale_table(runs: int) -> list[str]:
     return lines
 
 
+def norm_table(runs: int) -> list[str]:
+    lines = ["| layer norm input | shape | threads | ORT LayerNormalization µs | LayerNorm µs | speed-up | "
+             "relative L2 |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, shape in NORMS:
+        rng = np.random.default_rng(0)
+        c = shape[-1]
+        x = rng.standard_normal(shape).astype(np.float32)
+        inits = [onnx.numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), what)
+                 for what in ("scale", "bias")]
+        serialized = {}
+        for side, node in (("ort", helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1,
+                                                     epsilon=1e-6)),
+                           ("epifuse", helper.make_node(NORM_OP, ["x", "scale", "bias"], ["y"], domain="epifuse",
+                                                         epsilon=1e-6))):
+            graph = helper.make_graph([node], "norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], inits)
+            serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
+                helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
+        feeds = {side: {"x": x} for side in serialized}
+        results = [ort.InferenceSession(serialized[side], session_options(), providers=["CPUExecutionProvider"])
+                   .run(None, {"x": x})[0] for side in ("ort", "epifuse")]
+        error = float(np.linalg.norm(results[1] - results[0]) / np.linalg.norm(results[0]))
+        assert error < 1e-5, (name, error)
+        for threads in (None, 1):
+            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            lines.append(f"| {name} | {'x'.join(map(str, shape))} | {threads or 'default'} | {us['ort']:.0f} | "
+                         f"{us['epifuse']:.0f} | {us['ort'] / us['epifuse']:.2f}x | {error:.0e} |")
+    return lines
+
+
 def _model(node: onnx.NodeProto, shape) -> bytes:
     n, c, h, w = shape
     graph = helper.make_graph([node], "layout", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
@@ -152,6 +194,8 @@ def main() -> int:
         print(f"| {name} | {shape} | {ort_us:.0f} | {ours_us:.0f} | {ort_us / ours_us:.2f}x | {copy_us:.0f} |")
     print()
     print("\n".join(scale_table(args.runs)))
+    print()
+    print("\n".join(norm_table(args.runs)))
     return 0
 
 

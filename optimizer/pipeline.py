@@ -31,6 +31,7 @@ from .passes.fold_affine import fold_affine
 from .passes.fold_batchnorm import fold_batchnorm
 from .passes.fuse_conv import fuse_conv
 from .passes.input_layout import input_layout
+from .passes.layer_norm import layer_norm
 from .passes.layout import layout
 from .passes.load import load_model, load_model_split, validate
 from .passes.matmul_as_conv import matmul_as_conv
@@ -630,6 +631,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = input_layout(graph, report, target)
         with _timed(report, "channel_scale", progress, free_memory):  # after precision: float Muls only
             graph = channel_scale(graph, report, target, precision)
+        with _timed(report, "layer_norm", progress, free_memory):  # after precision: float norms only
+            graph = layer_norm(graph, report, target, precision)
     with _timed(report, "cleanup", progress, free_memory):
         out = cleanup(graph, report, template, defaults, input_structure)
     report.nodes_after = len(out.structure.graph.node)

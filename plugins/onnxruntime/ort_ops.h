@@ -1,5 +1,5 @@
 // The custom ops each part of the library registers under the "epifuse" domain: FusedConv,
-// NchwToNhwc and (CPU) ChannelScale.
+// NchwToNhwc and (CPU) ChannelScale and LayerNorm.
 #pragma once
 #include <memory>
 #include <vector>
@@ -26,5 +26,7 @@ void add_layout_cpu_ops(OpList* ops);
 void add_layout_cuda_ops(OpList* ops);
 // epifuse::ChannelScale (channel_scale_cpu.cc).
 void add_channel_scale_cpu_ops(OpList* ops);
+// epifuse::LayerNorm (layer_norm_cpu.cc).
+void add_layer_norm_cpu_ops(OpList* ops);
 
 }  // namespace epifuse::ort
