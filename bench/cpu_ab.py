@@ -44,6 +44,10 @@ LAYERS = [
     ("convnext 7x7 depthwise @14", 14, 384, 384, 7, "identity", 384),
     ("efficientnet 3x3 depthwise @112", 112, 32, 32, 3, "silu", 32),
     ("efficientnet 5x5 depthwise @14", 14, 672, 672, 5, "silu", 672),
+    ("squeeze-excite 1x1 672->28 @1", 1, 672, 28, 1, "silu"),
+    ("squeeze-excite 1x1 28->672 @1", 1, 28, 672, 1, "sigmoid"),
+    ("squeeze-excite 1x1 960->240 @1", 1, 960, 240, 1, "relu"),
+    ("squeeze-excite 1x1 240->960 @1", 1, 240, 960, 1, "hardsigmoid"),
 ]
 CHAIN_NODES, CHAIN_CHANNELS = 50, 32
 
@@ -105,7 +109,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True, help="the libepifuse_ort.so to compare against")
     ap.add_argument("--candidate", default=None, help="default: the installed epifuse's library")
-    ap.add_argument("--kernel", choices=["auto", "onednn", "winograd", "depthwise", "reference"], default=None)
+    ap.add_argument("--kernel", choices=["auto", "onednn", "winograd", "depthwise", "gemv", "reference"], default=None)
     ap.add_argument("--blocks", type=int, default=8)
     ap.add_argument("--runs", type=int, default=60, help="runs per block, the first third not counted")
     ap.add_argument("--models", nargs="*", default=[], help="optimized models to run whole under both builds")

@@ -95,7 +95,7 @@ class ConvDesc:
         return c
 
 
-ABI_VERSION = 4  # plugins/core/epifuse_c_api.h's EPIFUSE_ABI_VERSION, which these bindings are written for
+ABI_VERSION = 5  # plugins/core/epifuse_c_api.h's EPIFUSE_ABI_VERSION, which these bindings are written for
 
 
 @functools.lru_cache(maxsize=1)
@@ -197,13 +197,14 @@ def _onnx_dtype(dtype: np.dtype) -> int:
     raise TypeError(f"unsupported dtype {dtype} (expected float32, float16 or bfloat16)")
 
 
-CPU_KERNELS = ("auto", "reference", "onednn", "winograd", "depthwise")  # epifuse_c_api.h's EPIFUSE_CPU_KERNEL_* order
+CPU_KERNELS = ("auto", "reference", "onednn", "winograd", "depthwise", "gemv")  # epifuse_c_api.h's EPIFUSE_CPU_KERNEL_* order
 
 
 def cpu_kernel_name(desc: ConvDesc, kernel: str = "auto") -> str:
     """What the CPU kernel runs `desc` on: "winograd F(2x2,3x3) avx512", "depthwise direct avx512",
-    "onednn <oneDNN's implementation>" or "reference". `kernel` as for cpu_fused_conv; "auto" times the
-    direct kernel (Winograd or depthwise) against oneDNN where both can run `desc`, as the first run does."""
+    "gemv direct avx512", "onednn <oneDNN's implementation>" or "reference". `kernel` as for cpu_fused_conv;
+    "auto" times the direct kernel (Winograd, depthwise or gemv) against oneDNN where both can run `desc`, as
+    the first run does."""
     if kernel not in CPU_KERNELS:
         raise ValueError(f"kernel must be one of {CPU_KERNELS}, got {kernel!r}")
     buf = ctypes.create_string_buffer(_ERR_LEN)
@@ -222,10 +223,10 @@ def cpu_fused_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, z: np.ndarray | 
                    activation="identity", activation_params=(), residual="none", kernel: str = "auto") -> np.ndarray:
     """Runs the library's CPU kernel: X [N,H,W,C], W [K,R,S,C/group], B [K], Z [N,P,Q,K] (all
     of one dtype: float32, float16 or ml_dtypes.bfloat16) -> Y [N,P,Q,K]. `kernel`: "auto" as the ORT
-    library runs it (a direct kernel — Winograd for 3x3 stride-1 convs, depthwise for depthwise ones — or
-    oneDNN, whichever is faster where both can, oneDNN where it has an optimized implementation, else the
-    reference kernel); "onednn", "winograd" or "depthwise" that kernel where it can run the problem (as
-    "auto" elsewhere); "reference" the reference kernel."""
+    library runs it (a direct kernel — Winograd for 3x3 stride-1 convs, depthwise for depthwise ones, gemv
+    for 1x1 convs on a few pixels — or oneDNN, whichever is faster where both can, oneDNN where it has an
+    optimized implementation, else the reference kernel); "onednn", "winograd", "depthwise" or "gemv" that
+    kernel where it can run the problem (as "auto" elsewhere); "reference" the reference kernel."""
     if kernel not in CPU_KERNELS:
         raise ValueError(f"kernel must be one of {CPU_KERNELS}, got {kernel!r}")
     dtype = _onnx_dtype(x.dtype)

@@ -19,7 +19,7 @@ VALID = ConvDesc.from_attributes(FLOAT, (-1, 56, 56, 64), (64, 3, 3, 64), pads=(
 
 
 def test_abi_version():
-    assert registry.abi_version() == registry.ABI_VERSION == 4
+    assert registry.abi_version() == registry.ABI_VERSION == 5
 
 
 def test_activation_table_matches_contract():

@@ -26,7 +26,7 @@ int32_t report(const std::string& message, char* err, size_t err_len) {
 Status cpu_kernel(int32_t code, epifuse::CpuKernel* out) {
   using epifuse::CpuKernel;
   const CpuKernel kernels[] = {epifuse::cpu_kernel_from_environment(), CpuKernel::kReference, CpuKernel::kOnednn,
-                               CpuKernel::kWinograd, CpuKernel::kDepthwise};
+                               CpuKernel::kWinograd, CpuKernel::kDepthwise, CpuKernel::kGemv};
   if (code < 0 || code >= static_cast<int32_t>(std::size(kernels)))
     return Status::Error("unknown CPU kernel code " + std::to_string(code));
   *out = kernels[code];

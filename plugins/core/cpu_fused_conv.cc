@@ -66,11 +66,13 @@ CpuKernel cpu_kernel_from_environment() {
   if (std::strcmp(choice, "onednn") == 0) return CpuKernel::kOnednn;
   if (std::strcmp(choice, "winograd") == 0) return CpuKernel::kWinograd;
   if (std::strcmp(choice, "depthwise") == 0) return CpuKernel::kDepthwise;
+  if (std::strcmp(choice, "gemv") == 0) return CpuKernel::kGemv;
   return CpuKernel::kAuto;
 }
 
 DirectConv* CpuFusedConv::direct_for(const ConvProblem& p) {
-  for (DirectConv* d : {static_cast<DirectConv*>(&winograd_), static_cast<DirectConv*>(&depthwise_)})
+  for (DirectConv* d : {static_cast<DirectConv*>(&winograd_), static_cast<DirectConv*>(&depthwise_),
+                        static_cast<DirectConv*>(&gemv_)})
     if (d->supports(p)) return d;
   return nullptr;
 }
@@ -79,8 +81,11 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
   DirectConv* const d = direct_for(p);
   *chosen = nullptr;
   if (d == nullptr || kernel_ == CpuKernel::kOnednn) return Status::Ok();
-  if (kernel_ == CpuKernel::kWinograd || kernel_ == CpuKernel::kDepthwise) {  // forced: that one, else oneDNN
-    const DirectConv* forced = kernel_ == CpuKernel::kWinograd ? static_cast<DirectConv*>(&winograd_) : &depthwise_;
+  if (kernel_ == CpuKernel::kWinograd || kernel_ == CpuKernel::kDepthwise || kernel_ == CpuKernel::kGemv) {
+    // forced: that one, else oneDNN
+    const DirectConv* forced = kernel_ == CpuKernel::kWinograd    ? static_cast<DirectConv*>(&winograd_)
+                               : kernel_ == CpuKernel::kDepthwise ? static_cast<DirectConv*>(&depthwise_)
+                                                                  : &gemv_;
     if (d == forced) *chosen = d;
     return Status::Ok();
   }

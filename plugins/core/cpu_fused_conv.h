@@ -1,9 +1,9 @@
 // The CPU FusedConv every adapter runs: a direct kernel of its own — Winograd F(2x2, 3x3)
 // (winograd_fused_conv.h) for 3x3 stride-1 convs, the depthwise kernel (depthwise_fused_conv.h) for
-// depthwise ones — or oneDNN, whichever runs the problem faster on this machine, where both can (timed
+// depthwise ones, the gemv kernel (gemv_fused_conv.h) for 1x1 convs on a few pixels — or oneDNN, whichever runs the problem faster on this machine, where both can (timed
 // at the first run of each shape in a process, unless the tuning cache (tuning_cache.h) holds the
 // choice; kept there where EPIFUSE_TUNE=1); oneDNN where it has an optimized implementation; the reference
-// kernel (reference_fused_conv.h) elsewhere. EPIFUSE_CPU_KERNEL=reference|onednn|winograd|depthwise in
+// kernel (reference_fused_conv.h) elsewhere. EPIFUSE_CPU_KERNEL=reference|onednn|winograd|depthwise|gemv in
 // the environment picks one kernel for every problem it can run (oneDNN or the reference kernel for the rest).
 #pragma once
 #include <map>
@@ -14,11 +14,12 @@
 #include "onednn_fused_conv.h"
 #include "reference_fused_conv.h"
 #include "depthwise_fused_conv.h"
+#include "gemv_fused_conv.h"
 #include "winograd_fused_conv.h"
 
 namespace epifuse {
 
-enum class CpuKernel { kAuto, kReference, kOnednn, kWinograd, kDepthwise };
+enum class CpuKernel { kAuto, kReference, kOnednn, kWinograd, kDepthwise, kGemv };
 
 // The kernel EPIFUSE_CPU_KERNEL names, else kAuto.
 CpuKernel cpu_kernel_from_environment();
@@ -47,6 +48,7 @@ class CpuFusedConv {
   OnednnConv onednn_;
   WinogradConv winograd_;
   DepthwiseConv depthwise_;
+  GemvConv gemv_;
   std::mutex mutex_;
   std::map<std::vector<int64_t>, bool> direct_chosen_;  // by shape: whether the direct kernel won
 };

@@ -13,17 +13,19 @@ extern "C" {
 // 2: epifuse_cpu_fused_conv takes the kernel to run (oneDNN or the reference kernel).
 // 3: epifuse_conv_desc ends with allow_tf32.
 // 4: the CPU kernel codes name oneDNN and Winograd too; epifuse_cpu_kernel_name takes one.
-#define EPIFUSE_ABI_VERSION 4
+// 5: the CPU kernel codes name the depthwise and gemv kernels.
+#define EPIFUSE_ABI_VERSION 5
 #define EPIFUSE_EXPORT __attribute__((visibility("default")))
 
 // ONNX TensorProto element types used by the op contract.
 enum { EPIFUSE_FLOAT = 1, EPIFUSE_FLOAT16 = 10, EPIFUSE_BFLOAT16 = 16 };
 enum { EPIFUSE_RESIDUAL_NONE = 0, EPIFUSE_RESIDUAL_PRE = 1, EPIFUSE_RESIDUAL_POST = 2 };
-// Which CPU kernel runs a problem: AUTO as the ORT library does (Winograd or oneDNN, whichever is
-// faster where both can run it, oneDNN where it has an optimized implementation, else the reference
-// kernel); ONEDNN and WINOGRAD where they can (the AUTO order for the rest); REFERENCE everywhere.
+// Which CPU kernel runs a problem: AUTO as the ORT library does (a direct kernel (Winograd, depthwise,
+// gemv) or oneDNN, whichever is faster where both can run it, oneDNN where it has an optimized
+// implementation, else the reference kernel); ONEDNN, WINOGRAD, DEPTHWISE and GEMV where they can (the
+// AUTO order for the rest); REFERENCE everywhere.
 enum { EPIFUSE_CPU_KERNEL_AUTO = 0, EPIFUSE_CPU_KERNEL_REFERENCE = 1, EPIFUSE_CPU_KERNEL_ONEDNN = 2,
-       EPIFUSE_CPU_KERNEL_WINOGRAD = 3, EPIFUSE_CPU_KERNEL_DEPTHWISE = 4 };
+       EPIFUSE_CPU_KERNEL_WINOGRAD = 3, EPIFUSE_CPU_KERNEL_DEPTHWISE = 4, EPIFUSE_CPU_KERNEL_GEMV = 5 };
 
 // One FusedConv problem. N/H/W may be -1 (symbolic) when asking the registry.
 typedef struct epifuse_conv_desc {
@@ -85,8 +87,9 @@ EPIFUSE_EXPORT int32_t epifuse_cpu_fused_conv(const epifuse_conv_desc* d, int32_
                                               char* err, size_t err_len);
 
 // What `kernel` (an EPIFUSE_CPU_KERNEL_* code) runs `d` on (every dimension known), NUL-terminated into
-// buf: "winograd F(2x2,3x3) avx512" (or avx2), "onednn <its implementation>" or "reference" (AUTO times Winograd
-// against oneDNN as a first run would); and the oneDNN version built in ("" without oneDNN). Returns
+// buf: "winograd F(2x2,3x3) avx512" (or avx2; "depthwise direct ..." and "gemv direct ..." likewise),
+// "onednn <its implementation>" or "reference" (AUTO times the direct kernel against oneDNN as a first
+// run would); and the oneDNN version built in ("" without oneDNN). Returns
 // non-zero when buf is too small.
 EPIFUSE_EXPORT int32_t epifuse_cpu_kernel_name(const epifuse_conv_desc* d, int32_t kernel, char* buf,
                                                size_t len);
