@@ -1,9 +1,10 @@
 // CPU FusedConv for 1x1 convolutions on a few pixels (a squeeze-excite block's two convs on its pooled
-// [N, 1, 1, C] vector, a classifier's head), fp32, on AVX-512 or AVX2: a matrix-vector product per
-// pixel against the filters rearranged once to panels of [C][8 vectors of K], a panel's output channels accumulating in
-// registers, bias, residual and activation applied there. What it saves is oneDNN's fixed cost a call
-// (its execution context, argument map and allocations, about 1.5 us a node on Zen 4) on convs whose
-// arithmetic takes less than that; CpuFusedConv times it against oneDNN per shape.
+// [N, 1, 1, C] vector, a 1x1 classifier head), fp32, on AVX-512 or AVX2: a matrix-vector product per
+// pixel against the filters rearranged once into panels of [C][8 vectors of K], a panel's output
+// channels accumulating in registers, bias, residual and activation applied there. What it saves is
+// oneDNN's fixed cost a call (its execution context, argument map and allocations, about 1.5 us a node
+// on Zen 4) on convs whose arithmetic takes less than that; CpuFusedConv times it against oneDNN per
+// shape.
 #pragma once
 #include "direct_conv.h"
 
