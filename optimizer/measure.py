@@ -195,7 +195,8 @@ def _constant(cache: dict, t: gs.Tensor, dtype, copy: int) -> gs.Constant:
     if key not in cache:
         if v.dtype == np.float32 and dtype != np.float32:
             v = v.astype(dtype)
-        cache[key] = gs.Constant(f"c{len(cache)}_{t.name}", np.ascontiguousarray(_own(v, key[1])))
+        v = _own(v, key[1])
+        cache[key] = gs.Constant(f"c{len(cache)}_{t.name}", v if v.flags.c_contiguous else np.ascontiguousarray(v))
     return cache[key]
 
 

@@ -185,3 +185,30 @@ def test_an_initializer_listed_as_a_graph_input_stays_an_overridable_input(tmp_p
         expected = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, subset)[0]
         actual = ort.InferenceSession(str(out), session_options(), providers=["CPUExecutionProvider"]).run(None, subset)[0]
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("as_split", [False, True])
+def test_scalar_initializers_stay_scalars(tmp_path, as_split):
+    """A 0-D initializer (a Gather index, a Pow exponent) is written 0-D, whole models and split ones alike:
+    written as [1], Gather(shape, index) gives [1] instead of a scalar and the Concat after it refuses its
+    inputs' ranks (a model ONNX Runtime cannot load)."""
+    from optimizer.proto import SplitModel, skeleton
+
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i"], ["g"], axis=0),
+         helper.make_node("Unsqueeze", ["g", "axes"], ["u"]), helper.make_node("Concat", ["u", "tail"], ["y"], axis=0)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [2])],
+        [numpy_helper.from_array(np.array(0, np.int64), "i"), numpy_helper.from_array(np.array([0], np.int64), "axes"),
+         numpy_helper.from_array(np.array([7], np.int64), "tail")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    if as_split:  # the weights as numpy arrays beside the structure, as the optimizer writes its output
+        weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        model = SplitModel(skeleton(model, keep_small=False, weights_as_inputs=True), weights)
+    path = str(tmp_path / "scalar.onnx")
+    save_model(model, path)
+    saved = onnx.load(path)
+    assert [list(t.dims) for t in saved.graph.initializer if t.name == "i"] == [[]]
+    import onnxruntime as ort
+    y = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": np.zeros((5, 3), np.float32)})[0]
+    assert y.tolist() == [5, 7]

@@ -68,7 +68,8 @@ def _write_initializer(f, name: str, values: np.ndarray, data_file=None, data_na
     """Writes ModelProto{graph{initializer{name, dims, data_type, raw_data}}} with the array's
     bytes going straight from numpy to the file (inline or into `data_file`). Returns the new
     offset in `data_file`."""
-    values = np.ascontiguousarray(values)
+    if not values.flags.c_contiguous:  # np.ascontiguousarray alone makes a scalar a 1-element vector
+        values = np.ascontiguousarray(values)
     raw = values.reshape(-1).view(np.uint8)
     dims = b"".join(encode_varint(int(d)) for d in values.shape)
     head = (_delimited(1, len(dims)) + dims if values.ndim else b"") + _key(2, 0) + encode_varint(
