@@ -30,6 +30,12 @@ MODELS = {
     "shufflenet_v2_x1_0": ("torchvision", "shufflenet_v2_x1_0", 224),
     "cs3darknet_s": ("timm", "cs3darknet_s", 256),
     "mixnet_s": ("timm", "mixnet_s", 224),
+    # layer norms over the channels (ConvNeXt's blocks, EdgeNeXt's, MobileViT's and EfficientFormerV2's tokens)
+    "convnext_atto": ("timm", "convnext_atto", 224),
+    "convnextv2_atto": ("timm", "convnextv2_atto", 224),
+    "edgenext_xx_small": ("timm", "edgenext_xx_small", 224),
+    "mobilevit_xxs": ("timm", "mobilevit_xxs", 224),
+    "efficientformerv2_s0": ("timm", "efficientformerv2_s0", 224),
     "yolov8n": ("ultralytics", "yolov8n.yaml", 640),
     "yolo11n": ("ultralytics", "yolo11n.yaml", 640),
 }
