@@ -43,8 +43,6 @@ constexpr int kBlock = 4;  // of 16 registers: 4 accumulators + up to 7 taps + t
 #undef EPIFUSE_VECTOR_TARGET
 }  // namespace avx2
 
-int64_t lanes_of(VectorIsa isa) { return isa == VectorIsa::kAvx512 ? simd::Avx512::kLanes : simd::Avx2::kLanes; }
-
 }  // namespace
 
 bool DepthwiseConv::supports(const ConvProblem& p) const {
@@ -58,7 +56,7 @@ std::string DepthwiseConv::name() const { return std::string("depthwise direct "
 Status DepthwiseConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
                           const float* z, float* y, const ParallelFor& parallel_for) {
   if (!supports(p)) return Status::Error("the depthwise kernel does not run this problem");
-  const Geometry g(p, lanes_of(isa_));
+  const Geometry g(p, simd::lanes_of(isa_));
   const int64_t rows = g.N * g.P;
   if (rows == 0 || g.Q == 0) return Status::Ok();
 

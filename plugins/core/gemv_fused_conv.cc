@@ -38,8 +38,6 @@ using Vec = simd::Avx2;
 #undef EPIFUSE_VECTOR_TARGET
 }  // namespace avx2
 
-int64_t lanes_of(VectorIsa isa) { return isa == VectorIsa::kAvx512 ? simd::Avx512::kLanes : simd::Avx2::kLanes; }
-
 }  // namespace
 
 bool GemvConv::supports(const ConvProblem& p) const {
@@ -54,7 +52,7 @@ std::string GemvConv::name() const { return std::string("gemv direct ") + isa_na
 Status GemvConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
                      const float* z, float* y, const ParallelFor& parallel_for) {
   if (!supports(p)) return Status::Error("the gemv kernel does not run this problem");
-  const int64_t lanes = lanes_of(isa_), pixels = p.N * p.H * p.W;
+  const int64_t lanes = simd::lanes_of(isa_), pixels = p.N * p.H * p.W;
   if (pixels == 0) return Status::Ok();
   const Geometry g{p.C, p.K, round_up(p.K, lanes), p.attr.residual, p.attr.activation};
   // KRSC [K][C] to panels of kBlockVectors output-channel vectors, each [C][its vectors], one after

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <iterator>
 
+#include "cpu_isa.h"
+
 namespace epifuse {
 namespace simd {
 
@@ -245,6 +247,9 @@ struct Avx2 {
   EPIFUSE_AVX2 static F silu(F x) { return simd::silu8(x); }
   EPIFUSE_AVX2 static F gelu(F x) { return simd::gelu8(x); }
 };
+
+// Floats a vector of the kernels written for `isa` (AVX-512: 16, AVX2: 8).
+inline int64_t lanes_of(VectorIsa isa) { return isa == VectorIsa::kAvx512 ? Avx512::kLanes : Avx2::kLanes; }
 
 }  // namespace simd
 }  // namespace epifuse
