@@ -4,10 +4,12 @@ row interleave), with a copy of the same bytes (numpy, one thread) as the floor.
 scale of an NHWC tensor: ORT's Mul by a [1, 1, 1, C] vector against epifuse::ChannelScale, and beside them
 ORT's Mul of the same product in NCHW (what the original model runs), on the default threads and on one,
 each side in blocks of runs in a session of its own, its pool spinning between runs as between a model's
-nodes. (3) The layer norm over the channels: ORT's LayerNormalization(axis=-1) against epifuse::LayerNorm,
-timed the same way.
+nodes. (3) The global average pool of an NHWC tensor: ORT's ReduceMean over axes 1 and 2, the GEMV form
+(Reshape, MatMul by a row of 1/(H*W), Reshape) and epifuse::ChannelMean, beside ORT's NCHW
+GlobalAveragePool of the same tensor, timed the same way. (4) The layer norm over the channels: ORT's
+LayerNormalization(axis=-1) against epifuse::LayerNorm, timed the same way.
 
-    python bench/cpu_layout.py [--runs 200]
+    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm]
 
 Times are wall times of session.run, each side's median over interleaved runs; every side pays the
 same session overhead (a few microseconds) and output allocation.
@@ -26,6 +28,7 @@ from onnx import TensorProto, helper
 
 from optimizer import __version__
 from optimizer.measure import _cpu_name
+from optimizer.passes.channel_mean import OP_TYPE as MEAN_OP
 from optimizer.passes.channel_scale import OP_TYPE as SCALE_OP
 from optimizer.passes.input_layout import OP_TYPE
 from optimizer.passes.layer_norm import OP_TYPE as NORM_OP
@@ -120,6 +123,41 @@ def scale_table(runs: int) -> list[str]:
     return lines
 
 
+def mean_table(runs: int) -> list[str]:
+    lines = ["| squeeze-excite pool | 1 x H x W x C | threads | ORT ReduceMean, NHWC µs | GEMV µs | ChannelMean µs | "
+             "speed-up (best ORT form) | ORT GlobalAveragePool, NCHW µs |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, h, c in SCALES:
+        x = np.random.default_rng(0).standard_normal((1, h, h, c)).astype(np.float32)
+        row = helper.make_tensor("row", TensorProto.FLOAT, [1, h * h], np.full(h * h, 1.0 / (h * h), np.float32))
+        to_rows = helper.make_tensor("to_rows", TensorProto.INT64, [3], [0, h * h, -1])
+        to_nhwc = helper.make_tensor("to_nhwc", TensorProto.INT64, [4], [0, 1, 1, -1])
+        sides = {
+            "reduce": ([helper.make_node("ReduceMean", ["x"], ["y"], axes=[1, 2], keepdims=1)], [], x),
+            "gemv": ([helper.make_node("Reshape", ["x", "to_rows"], ["rows"]),
+                      helper.make_node("MatMul", ["row", "rows"], ["sums"]),
+                      helper.make_node("Reshape", ["sums", "to_nhwc"], ["y"])], [row, to_rows, to_nhwc], x),
+            "epifuse": ([helper.make_node(MEAN_OP, ["x"], ["y"], domain="epifuse")], [], x),
+            "nchw": ([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [],
+                     np.ascontiguousarray(x.transpose(0, 3, 1, 2))),
+        }
+        serialized, feeds = {}, {}
+        for side, (nodes, inits, xs) in sides.items():
+            graph = helper.make_graph(nodes, "mean", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs.shape))],
+                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+            serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
+                helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
+            feeds[side] = {"x": xs}
+        expected = x.astype(np.float64).mean(axis=(1, 2), keepdims=True)
+        check = ort.InferenceSession(serialized["epifuse"], session_options(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(check.run(None, feeds["epifuse"])[0], expected, rtol=1e-5, atol=1e-6)
+        del check
+        for threads in (None, 1):
+            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            lines.append(f"| {name} | 1x{h}x{h}x{c} | {threads or 'default'} | {us['reduce']:.0f} | {us['gemv']:.0f} | "
+                         f"{us['epifuse']:.0f} | {min(us['reduce'], us['gemv']) / us['epifuse']:.2f}x | {us['nchw']:.0f} |")
+    return lines
+
+
 def norm_table(runs: int) -> list[str]:
     lines = ["| layer norm input | shape | threads | ORT LayerNormalization µs | LayerNorm µs | speed-up | "
              "relative L2 |", "|---|---|---:|---:|---:|---:|---:|"]
@@ -161,7 +199,14 @@ def _model(node: onnx.NodeProto, shape) -> bytes:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--only", choices=["layout", "scale", "mean", "norm"], help="one table instead of all")
     args = ap.parse_args()
+    print(f"\n{_cpu_name()}, {os.cpu_count()} threads, onnxruntime {ort.__version__}, epifuse {__version__}, "
+          f"Python {platform.python_version()}\n")
+    tables = {"scale": scale_table, "mean": mean_table, "norm": norm_table}
+    if args.only in tables:
+        print("\n".join(tables[args.only](args.runs)))
+        return 0
     rows = []
     for name, *shape in SHAPES:
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -186,16 +231,14 @@ def main() -> int:
             times["copy"].append(time.perf_counter() - start)
         us = {side: float(np.median(t)) * 1e6 for side, t in times.items()}
         rows.append((name, "x".join(map(str, shape)), us["ort"], us["epifuse"], us["copy"]))
-    print(f"\n{_cpu_name()}, {os.cpu_count()} threads, onnxruntime {ort.__version__}, epifuse {__version__}, "
-          f"Python {platform.python_version()}\n")
     print("| input | N x C x H x W | ORT Transpose µs | NchwToNhwc µs | speed-up | copy floor µs |")
     print("|---|---|---:|---:|---:|---:|")
     for name, shape, ort_us, ours_us, copy_us in rows:
         print(f"| {name} | {shape} | {ort_us:.0f} | {ours_us:.0f} | {ort_us / ours_us:.2f}x | {copy_us:.0f} |")
-    print()
-    print("\n".join(scale_table(args.runs)))
-    print()
-    print("\n".join(norm_table(args.runs)))
+    if args.only is None:
+        for table in tables.values():
+            print()
+            print("\n".join(table(args.runs)))
     return 0
 
 

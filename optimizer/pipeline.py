@@ -24,6 +24,7 @@ from .errors import EpifuseError
 from .passes.activation_ops import activation_ops
 from .passes.affine_to_batchnorm import affine_to_batchnorm
 from .passes.canonicalize import canonicalize
+from .passes.channel_mean import channel_mean
 from .passes.channel_scale import channel_scale
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
@@ -631,6 +632,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = input_layout(graph, report, target)
         with _timed(report, "channel_scale", progress, free_memory):  # after precision: float Muls only
             graph = channel_scale(graph, report, target, precision)
+        with _timed(report, "channel_mean", progress, free_memory):  # after precision: float pools only
+            graph = channel_mean(graph, report, target, precision)
         with _timed(report, "layer_norm", progress, free_memory):  # after precision: float norms only
             graph = layer_norm(graph, report, target, precision)
     with _timed(report, "cleanup", progress, free_memory):

@@ -1,4 +1,4 @@
-"""Channels-last global average pools as a GEMV, where the target runs that faster: ReduceMean over
+"""Channels-last global average pools as a GEMV, where the target runs that faster (ort-cuda, fp16): ReduceMean over
 axes 1 and 2 of [N, H, W, C] with keepdims, the form the layout pass gives GlobalAveragePool inside
 an NHWC region, becomes
 
@@ -13,9 +13,10 @@ through cuBLAS. The row holds 1/(H*W) rather than ones so the fp16 product canno
 TF32 by default, coarser than the exact ReduceMean, and a bf16 MatMul has no CPU kernel to verify it
 against.
 
-Why, on ort-cpu at fp32: ORT's CPU ReduceMean over the middle axes is a strided loop, 2-6x slower
-than its NCHW GlobalAveragePool on squeeze-excite sizes (16-128 channels, 20-160 pixels square, 2
-threads), while MLAS's SGEMM runs the GEMV 3-8x faster than that ReduceMean, in fp32.
+On ort-cpu at fp32 the channel_mean pass gives these pools to epifuse::ChannelMean instead: ORT's CPU
+ReduceMean over the middle axes is a strided loop, 2-6x slower than its NCHW GlobalAveragePool; MLAS's
+SGEMM runs this GEMV 3-8x faster than that, the library's op as fast or faster in one node instead of
+three.
 
 H and W must be static.
 """
@@ -39,7 +40,7 @@ def _nhwc_spatial_mean(node: gs.Node) -> tuple[int, int] | None:
     return (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
 
 
-GEMV_POOLS = {("ort-cuda", "fp16"), ("ort-cpu", "fp32")}  # (target, precision): see the module's text
+GEMV_POOLS = {("ort-cuda", "fp16")}  # (target, precision): see the module's text
 
 
 def pools_as_gemv(target: str, precision: str) -> bool:

@@ -59,6 +59,7 @@ void add_cpu_ops(OpList* ops) {
   add_typed_ops<FusedConvCpuKernel>(ops, "CPUExecutionProvider");
   add_layout_cpu_ops(ops);
   add_channel_scale_cpu_ops(ops);
+  add_channel_mean_cpu_ops(ops);
   add_layer_norm_cpu_ops(ops);
 }
 

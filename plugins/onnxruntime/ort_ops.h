@@ -26,6 +26,8 @@ void add_layout_cpu_ops(OpList* ops);
 void add_layout_cuda_ops(OpList* ops);
 // epifuse::ChannelScale (channel_scale_cpu.cc).
 void add_channel_scale_cpu_ops(OpList* ops);
+// epifuse::ChannelMean (channel_mean_cpu.cc).
+void add_channel_mean_cpu_ops(OpList* ops);
 // epifuse::LayerNorm (layer_norm_cpu.cc).
 void add_layer_norm_cpu_ops(OpList* ops);
 
