@@ -91,3 +91,21 @@ def test_a_mul_of_other_shapes_stays():
         graph = model(x_shape, s_shape)
         channel_scale(graph, Report(), "ort-cpu", "fp32")
         assert [n.op for n in graph.nodes] == ["Mul"], (x_shape, s_shape)
+
+
+def test_the_op_may_write_over_its_input():
+    """The library lets ORT give Y the buffer of an X nothing else reads (here Relu's output): the product
+    is still exact."""
+    x_shape, s_shape = (1, 40, 40, 48), (1, 1, 1, 48)
+    nodes = [helper.make_node("Relu", ["x"], ["t"]), helper.make_node(OP_TYPE, ["t", "s"], ["y"], domain="epifuse"),
+             helper.make_node("Relu", ["y"], ["z"])]
+    graph = helper.make_graph(nodes, "scale", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape)),
+                                               helper.make_tensor_value_info("s", TensorProto.FLOAT, list(s_shape))],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, list(x_shape))],
+                              value_info=[helper.make_tensor_value_info(t, TensorProto.FLOAT, list(x_shape))
+                                          for t in ("t", "y")])  # sizes the planner must know to share buffers
+    model = helper.make_model(graph, ir_version=9,
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+    rng = np.random.default_rng(7)
+    x, s = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(s_shape).astype(np.float32)
+    np.testing.assert_array_equal(_run(model, x, s), np.maximum(np.maximum(x, 0) * s, 0))

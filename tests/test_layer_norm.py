@@ -122,3 +122,24 @@ def test_norms_the_op_does_not_take_stay():
         graph = gs.import_onnx(onnx.shape_inference.infer_shapes(_norm_model(ours=False, **case)))
         layer_norm(graph, Report(), "ort-cpu", "fp32")
         assert OP_TYPE not in [n.op for n in graph.nodes], case
+
+
+def test_the_op_may_write_over_its_input():
+    """The library lets ORT give Y the buffer of an X nothing else reads (here Relu's output): each row is
+    read whole before its first value is written, so the result is the same."""
+    shape = (1, 20, 20, 96)
+    rng = np.random.default_rng(8)
+    scale, bias = rng.standard_normal(96).astype(np.float32), rng.standard_normal(96).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["t"]),
+             helper.make_node(OP_TYPE, ["t", "s", "b"], ["y"], domain="epifuse", epsilon=1e-6),
+             helper.make_node("Relu", ["y"], ["z"])]
+    graph = helper.make_graph(nodes, "norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, list(shape))],
+                              [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(bias, "b")],
+                              value_info=[helper.make_tensor_value_info(t, TensorProto.FLOAT, list(shape))
+                                          for t in ("t", "y")])  # sizes the planner must know to share buffers
+    model = helper.make_model(graph, ir_version=9,
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+    x = rng.standard_normal(shape).astype(np.float32)
+    expected = np.maximum(_numpy_norm(np.maximum(x, 0), scale, bias, 1e-6), 0)
+    np.testing.assert_allclose(_run(model, x), expected, rtol=1e-5, atol=1e-5)

@@ -55,6 +55,7 @@ struct ChannelScaleCpuKernel {
 
 void add_channel_scale_cpu_ops(OpList* ops) {
   ops->emplace_back(Ort::Custom::CreateLiteCustomOp<ChannelScaleCpuKernel>(kChannelScale, "CPUExecutionProvider"));
+  may_write_over_input_0(ops->back().get());  // y[i] is written after x[i] is read
 }
 
 }  // namespace epifuse::ort

@@ -65,6 +65,7 @@ struct LayerNormCpuKernel {
 
 void add_layer_norm_cpu_ops(OpList* ops) {
   ops->emplace_back(Ort::Custom::CreateLiteCustomOp<LayerNormCpuKernel>(kLayerNorm, "CPUExecutionProvider"));
+  may_write_over_input_0(ops->back().get());  // y[i] is written after x[i] is read
 }
 
 }  // namespace epifuse::ort

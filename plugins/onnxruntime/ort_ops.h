@@ -1,5 +1,5 @@
 // The custom ops each part of the library registers under the "epifuse" domain: FusedConv,
-// NchwToNhwc and (CPU) ChannelScale and LayerNorm.
+// NchwToNhwc and (CPU) ChannelScale, ChannelMean and LayerNorm.
 #pragma once
 #include <memory>
 #include <vector>
@@ -16,6 +16,21 @@ void add_typed_ops(OpList* ops, const char* provider) {
   ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<float>>("FusedConv", provider));
   ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<Ort::Float16_t>>("FusedConv", provider));
   ops->emplace_back(Ort::Custom::CreateLiteCustomOp<Kernel<Ort::BFloat16_t>>("FusedConv", provider));
+}
+
+// Lets ORT's memory planner give an op's output 0 the buffer of its input 0 where nothing reads that input
+// later (for kernels that read each element before writing the same element): no fresh output buffer
+// to pull into the cache. The lite API leaves GetMayInplace unset; it is a field of the OrtCustomOp.
+inline void may_write_over_input_0(Ort::Custom::OrtLiteCustomOp* op) {
+  op->GetMayInplace = [](int** input_index, int** output_index) -> size_t {
+    *input_index = new int[1]{0};
+    *output_index = new int[1]{0};
+    return 1;
+  };
+  op->ReleaseMayInplace = [](int* input_index, int* output_index) {
+    delete[] input_index;
+    delete[] output_index;
+  };
 }
 
 void add_cpu_ops(OpList* ops);
