@@ -31,6 +31,7 @@ class _Capture:
         group.models = {"runtime": runtime_model(group), "fused x2": fused_model(group, copies=2),
                         "fused, inputs from a source": fused_model(group, input_source=True),
                         "runtime, residual from a pool": runtime_model(group, residual_source=True),
+                        "runtime, output into a pool": runtime_model(group, output_sink=True),
                         "runtime x2, NHWC in and out": runtime_model(group, 2, nhwc_io=True)}
         if not self.groups:
             group.cpu_times = OrtCpuTimer().group_times(group)
@@ -62,6 +63,7 @@ PATTERNS = {
     "silu_post_residual": lambda g, x: g.op("Add", [act.silu(g, g.conv_bn(x, 8, 8, 3)), x]),
     "pre_residual_relu": lambda g, x: g.op("Relu", [g.op("Add", [g.conv_bn(x, 8, 8, 1), x])]),
     "paddle_hardswish": lambda g, x: act.hard_swish_paddle(g, g.conv_bn(x, 8, 8, 3)),
+    "hardswish": lambda g, x: g.op("HardSwish", [g.conv_bn(x, 8, 8, 3)]),
     "depthwise_clip": lambda g, x: g.op("Clip", [g.conv_bn(x, 8, 8, 3, group=8), g.constant(0.0), g.constant(6.0)]),
 }
 
@@ -238,16 +240,18 @@ def test_the_cpu_timer_times_a_groups_input_and_output_reorders_apart(tmp_path):
 
 
 def test_the_sources_a_micro_model_reads_from_are_left_out_of_its_time(tmp_path):
-    """The 1x1 MaxPools that write the inputs fresh (ours) and the residual (ORT's) are not the group's
-    work; ORT renames a pool it moves into NCHWc after its output, so the outputs carry the prefix too."""
-    from optimizer.measure import INPUT_SOURCE, RESIDUAL_SOURCE, _median_run_us
+    """The 1x1 MaxPools that write the inputs fresh (ours) and the residual (ORT's), and the one that reads
+    ORT's output, are not the group's work; ORT renames a pool it moves into NCHWc after its output, so
+    the outputs carry the prefix too."""
+    from optimizer.measure import INPUT_SOURCE, OUTPUT_SINK, RESIDUAL_SOURCE, _median_run_us
 
     def residual_block(g, x):  # the second conv's residual is the block's input, not its own
         return g.op("Add", [act.silu(g, g.conv_bn(g.op("Relu", [g.conv_bn(x, 16, 16, 3)]), 16, 16, 3)), x])
 
     group = next(g for g in _groups(residual_block, tmp_path, channels=16, size=28) if g.z is not None)
     for model, source in ((fused_model(group, input_source=True), INPUT_SOURCE),
-                          (runtime_model(group, residual_source=True), RESIDUAL_SOURCE)):
+                          (runtime_model(group, residual_source=True), RESIDUAL_SOURCE),
+                          (runtime_model(group, output_sink=True), OUTPUT_SINK)):
         so = session_options(allow_spinning=False)
         so.enable_profiling = True
         so.profile_file_prefix = str(tmp_path / "profile")
@@ -263,3 +267,21 @@ def test_the_sources_a_micro_model_reads_from_are_left_out_of_its_time(tmp_path)
         assert pools and all(e["name"].startswith(source) for e in pools), [e["name"] for e in pools]
         everything = _median_run_us(events, ())
         assert _median_run_us(events, ("ReorderInput", "ReorderOutput")) <= everything
+
+
+def test_a_hardswish_is_timed_fused_into_the_runtimes_conv_as_in_a_model(tmp_path):
+    """ORT's CPU EP folds a HardSwish into its NCHWc conv only where a node reads the HardSwish; as a
+    micro-model's output it runs HardSigmoid and Mul after the conv. The runtime side the CPU timer
+    measures has its output read by a sink, so it times the conv ORT runs inside a model."""
+    (group,) = _groups(lambda g, x: g.op("HardSwish", [g.conv_bn(x, 16, 16, 3)]), tmp_path, channels=16)
+
+    def ops_after_ort(model):
+        so = ort.SessionOptions()
+        so.optimized_model_filepath = str(tmp_path / "after_ort.onnx")
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        after = onnx.load(so.optimized_model_filepath)
+        return [(n.op_type, next((onnx.helper.get_attribute_value(a).decode() for a in n.attribute
+                                  if a.name == "activation"), None)) for n in after.graph.node]
+
+    assert ("Conv", "HardSwish") in ops_after_ort(runtime_model(group, residual_source=True, output_sink=True))
+    assert ("HardSigmoid", None) in ops_after_ort(runtime_model(group))  # what the sink avoids
