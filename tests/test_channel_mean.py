@@ -16,7 +16,7 @@ from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.report import Report
 from optimizer.runtime import session_options
 from optimizer.verify import verify
-from tests.helpers import ops
+from tests.helpers import conv_net, ops
 
 REWRITE = f"channels-last global average pool → epifuse::{OP_TYPE} (ort-cpu)"
 
@@ -90,6 +90,21 @@ def test_a_dynamic_image_size_takes_the_op_too():
     optimized, report = optimize_model(original, target="ort-cpu", policy=FusionPolicy(mode="always"))
     assert report.canonicalized[REWRITE] > 0 and "ReduceMean" not in ops(optimized)
     assert verify(original, optimized)["passed"]
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_a_squeeze_excite_block_of_either_opset_takes_the_op(opset):
+    """ReduceMean's axes: an attribute before opset 18, an input from it, as the layout pass writes them."""
+    def squeeze_excite(g, x):
+        y = g.op("Relu", [g.conv(x, 16, 16, 3)])
+        gate = g.op("Sigmoid", [g.conv(g.op("GlobalAveragePool", [y]), 16, 16, 1)])
+        return g.conv(g.op("Mul", [y, gate]), 16, 16, 1)
+
+    original = onnx.shape_inference.infer_shapes(conv_net(squeeze_excite, channels=16, size=20, opset=opset))
+    optimized, report = optimize_model(original, target="ort-cpu", policy=FusionPolicy(mode="always"))
+    assert report.canonicalized[REWRITE] == 1 and "ReduceMean" not in ops(optimized)
+    result = verify(original, optimized)
+    assert result["passed"] and result["worst_rel_l2"] < 1e-5, result
 
 
 @pytest.mark.parametrize("target,precision", [("ort-cuda", "fp32"), ("ort-cpu", "fp16"), ("tensorrt", "fp32")])
