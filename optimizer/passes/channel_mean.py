@@ -40,7 +40,8 @@ def as_reduce_mean(graph: gs.Graph, node: gs.Node) -> None:
     """Writes the op `node` back as the standard ReduceMean over axes 1 and 2 in `graph`'s opset."""
     node.op, node.domain, node.attrs = "ReduceMean", "", {"keepdims": 1}
     if graph.opset >= 18:  # axes became an input
-        set_inputs(node, [node.inputs[0], make_constant(graph, f"{node.name or 'mean'}_axes", np.array(AXES, np.int64))])
+        axes = make_constant(graph, f"{node.name or 'mean'}_axes", np.array(AXES, np.int64))
+        set_inputs(node, [node.inputs[0], axes])
     else:
         node.attrs["axes"] = list(AXES)
 

@@ -59,14 +59,20 @@ EPIFUSE_AVX512 void sum_long_rows_avx512(const float* x, float* sums, int64_t ro
     }
     if (tail) {
       const __m512 a = _mm512_add_ps(_mm512_maskz_loadu_ps(tail, x + c), _mm512_maskz_loadu_ps(tail, x + C + c));
-      const __m512 b = _mm512_add_ps(_mm512_maskz_loadu_ps(tail, x + 2 * C + c), _mm512_maskz_loadu_ps(tail, x + 3 * C + c));
-      _mm512_mask_storeu_ps(sums + c, tail, _mm512_add_ps(_mm512_maskz_loadu_ps(tail, sums + c), _mm512_add_ps(a, b)));
+      const __m512 b =
+          _mm512_add_ps(_mm512_maskz_loadu_ps(tail, x + 2 * C + c), _mm512_maskz_loadu_ps(tail, x + 3 * C + c));
+      const __m512 old = _mm512_maskz_loadu_ps(tail, sums + c);
+      _mm512_mask_storeu_ps(sums + c, tail, _mm512_add_ps(old, _mm512_add_ps(a, b)));
     }
   }
   for (; r < rows; ++r, x += C) {
     int64_t c = 0;
-    for (; c < full; c += 16) _mm512_storeu_ps(sums + c, _mm512_add_ps(_mm512_loadu_ps(sums + c), _mm512_loadu_ps(x + c)));
-    if (tail) _mm512_mask_storeu_ps(sums + c, tail, _mm512_add_ps(_mm512_maskz_loadu_ps(tail, sums + c), _mm512_maskz_loadu_ps(tail, x + c)));
+    for (; c < full; c += 16)
+      _mm512_storeu_ps(sums + c, _mm512_add_ps(_mm512_loadu_ps(sums + c), _mm512_loadu_ps(x + c)));
+    if (tail) {
+      const __m512 old = _mm512_maskz_loadu_ps(tail, sums + c);
+      _mm512_mask_storeu_ps(sums + c, tail, _mm512_add_ps(old, _mm512_maskz_loadu_ps(tail, x + c)));
+    }
   }
 }
 
@@ -122,7 +128,9 @@ Status channel_mean_cpu(const float* x, float* y, int64_t N, int64_t pixels, int
     return Status::Ok();
   }
   const VectorIsa isa = best_vector_isa();
-  const auto sum_fn = isa == VectorIsa::kAvx512 ? sum_rows_avx512 : isa == VectorIsa::kAvx2 ? sum_rows_avx2 : sum_rows_plain;
+  const auto sum_fn = isa == VectorIsa::kAvx512 ? sum_rows_avx512
+                      : isa == VectorIsa::kAvx2  ? sum_rows_avx2
+                                                 : sum_rows_plain;
   const float scale = 1.f / static_cast<float>(pixels);
   const int64_t per_piece = std::max<int64_t>(1, kPieceFloats / C);
   const int64_t pieces = (pixels + per_piece - 1) / per_piece;
