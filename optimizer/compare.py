@@ -170,8 +170,16 @@ def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
     return {"backend": backend, "batch": int(next(iter(feeds.values())).shape[0]) if feeds else batch,
             "precision": precision, "rounds": rounds, "original_ms": original_ms, "optimized_ms": optimized_ms,
             "speedup": statistics.median(ratios), "speedup_q1": q1, "speedup_q3": q3, "slower": q3 < 1.0,
-            "threads": threads,
+            "threads": threads, "ratios": ratios,
             "cuda_graph": [getattr(s, "cuda_graph", False) for s in sides]}
+
+
+def pooled(first: dict, second: dict) -> dict:
+    """Two readings of `compare` on the same pair judged as one: their rounds together."""
+    ratios = first["ratios"] + second["ratios"]
+    q1, q3 = _quartiles(ratios)
+    return dict(second, rounds=len(ratios), ratios=ratios, speedup=statistics.median(ratios), speedup_q1=q1,
+                speedup_q3=q3, slower=q3 < 1.0)
 
 
 def time_by_op(model: Model, feeds: dict, runs: int = 20, threads: int | None = None) -> dict[str, float]:

@@ -17,6 +17,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from .compare import pooled
 from .contract import CUDA_TARGETS, PRECISIONS, TARGETS
 from .costs import Costs, CostTable, FileCosts, MeasuredCosts, default_cache_path
 from .decide import MODES, Decider
@@ -71,6 +72,11 @@ MODEL_CHECK_GAIN = 1.01
 # small shared CPU a model at 0.97-0.99x passed a single check (median 1.004x, interquartile 0.975-1.041x)
 # about one time in four.
 MODEL_CHECK_CONFIRM = {"ort-cpu": 0.03, "ort-cuda": 0.0}
+# On the extra thread count (where a model need only not be slower) a reading that fails by less than
+# this is read again and judged with the first, on both readings' rounds: on a 2-core shared Xeon one
+# 15-round reading of EfficientNet-B0 fused throughout on one thread read 0.98-1.08x (about 1.04 at
+# heart), so one in three failed and the check fell back to a model at 1.01x instead of 1.16x.
+MODEL_CHECK_REREAD = {"ort-cpu": 0.03, "ort-cuda": 0.0}
 
 
 @dataclass
@@ -486,14 +492,24 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
             try:
                 for batch, threads, primary in runs:
                     run_floor, run_strict = (floor, strict) if primary else (MODEL_CHECK_FLOOR[target], False)
+                    first = None  # a first reading that failed near the floor, to be judged with the second
                     for attempt in range(2):
                         # the reference is already in `precision`: compared as it is
                         r = check(reference, model, backend=target, batch=batch, precision="fp32",
                                   rounds=MODEL_CHECK_ROUNDS, threads=threads)
                         report.notes.append(_speedup_note(what if attempt == 0 else f"{what}, again", r))
-                        if r["slower"] or r["speedup"] < run_floor or (run_strict and r["speedup_q1"] < 1.0):
+                        if first is not None:
+                            r = pooled(first, r)
+                            report.notes.append(_speedup_note(f"{what}, both readings", r))
+                        fails = r["slower"] or r["speedup"] < run_floor or (run_strict and r["speedup_q1"] < 1.0)
+                        if (fails and attempt == 0 and not primary and "ratios" in r
+                                and r["speedup"] >= run_floor - MODEL_CHECK_REREAD[target]):
+                            first = r
+                            continue
+                        if fails:
                             return f"{what} ran {r['speedup']:.3f}x the original's speed at {_run_name(r)}"
-                        if not run_strict and r["speedup"] >= run_floor + MODEL_CHECK_CONFIRM[target]:
+                        if first is not None or (not run_strict
+                                                 and r["speedup"] >= run_floor + MODEL_CHECK_CONFIRM[target]):
                             break
                 return ""
             except Exception as e:  # noqa: BLE001 (ONNX Runtime refusing a session: the measured decisions stand)

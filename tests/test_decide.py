@@ -1093,3 +1093,56 @@ def test_a_near_miss_must_gain_on_the_default_threads_and_not_lose_on_one(one_th
                           target="ort-cpu", precision="fp32", threads=None, model_check=check)
     assert check.threads == [None, 1, None, 1]  # the decided model, then the variant against it, each on both
     assert _fused_convs(report) == ([a, b, c] if kept else [a, c])
+
+
+class ReadingsCheck(FakeModelCheck):
+    """A check whose one-thread readings of the fused model come from `one_thread` in turn, each with its
+    rounds (`ratios`) spread +-0.04 around the reading's median, as compare returns them."""
+
+    def __init__(self, one_thread: list[float]):
+        super().__init__(lambda ks, batch: 1.0 if not ks else self.one_thread.pop(0) if self.threads[-1] == 1 else 1.3)
+        self.one_thread = list(one_thread)
+
+    def __call__(self, *args, **kwargs):
+        r = super().__call__(*args, **kwargs)
+        ratios = [r["speedup"] + d for d in np.linspace(-0.04, 0.04, 15)]
+        return dict(r, ratios=ratios, speedup_q1=ratios[3], speedup_q3=ratios[11], slower=ratios[11] < 1.0)
+
+
+@pytest.mark.parametrize("readings, kept", [([0.98, 1.06], True), ([0.98, 1.0], False), ([0.96], False),
+                                             ([1.02], True)],
+                         ids=["near the floor, then faster", "near the floor twice", "below the re-read margin",
+                              "passes at once"])
+def test_a_one_thread_reading_near_the_floor_is_read_again_and_judged_with_the_first(readings, kept, tmp_path,
+                                                                                      monkeypatch):
+    """On the extra thread count one 15-round reading spreads a few % on a shared 2-core CPU: a failure by
+    less than MODEL_CHECK_REREAD is read again and both readings' rounds are judged together."""
+    monkeypatch.setattr(pipeline, "cpu_cores", lambda: 2)
+    model, (a, b) = _chain(2)
+    check = ReadingsCheck(readings)
+    _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
+                          target="ort-cpu", precision="fp32", threads=None, model_check=check)
+    assert check.threads[:1 + len(readings)] == [None] + [1] * len(readings)
+    assert check.one_thread == []  # every reading given was asked for, and no more
+    assert bool(_fused_convs(report)) == kept
+    if len(readings) == 2:
+        pooled = (readings[0] + readings[1]) / 2
+        assert any(note.startswith("whole-model check, the model with all 2 fusions, both readings, batch 1, 1 thread: "
+                                   f"{pooled:.3f}x") for note in report.notes)
+
+
+def test_a_reading_on_the_thread_count_decided_for_is_not_read_again_after_a_failure(tmp_path):
+    """The thread count the model is decided for has its own rule (a pass near the floor is confirmed): a
+    failure there stands."""
+    model, (a, b) = _chain(2)
+
+    class Check(ReadingsCheck):
+        def __init__(self):
+            super().__init__([])
+            self.speedup = lambda ks, batch: 0.99 if ks else 1.0
+
+    check = Check()
+    _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (10.0, 20.0)}), tmp_path=tmp_path,
+                          target="ort-cpu", precision="fp32", model_check=check)
+    assert check.calls[:2] == [((8, 16), 1), ((8,), 1)]  # failed once, then the smaller half
+    assert _fused_convs(report) == []
