@@ -28,7 +28,18 @@ MODELS = {
     "densenet121": ("torchvision", "densenet121", 224),
     "mnasnet1_0": ("torchvision", "mnasnet1_0", 224),
     "shufflenet_v2_x1_0": ("torchvision", "shufflenet_v2_x1_0", 224),
+    "mobilenet_v3_small": ("torchvision", "mobilenet_v3_small", 224),
+    "squeezenet1_1": ("torchvision", "squeezenet1_1", 224),
+    "googlenet": ("torchvision", "googlenet", 224),
+    "regnet_x_400mf": ("torchvision", "regnet_x_400mf", 224),
     "cs3darknet_s": ("timm", "cs3darknet_s", 256),
+    # activations and layouts the torchvision set lacks: ReLU6 (Clip), HardSwish in LCNet, ghost modules,
+    # TensorFlow "same" padding as a Pad node, RepVGG's plain 3x3 stacks
+    "efficientnet_lite0": ("timm", "efficientnet_lite0", 224),
+    "lcnet_100": ("timm", "lcnet_100", 224),
+    "ghostnet_100": ("timm", "ghostnet_100", 224),
+    "tf_efficientnet_b0": ("timm", "tf_efficientnet_b0", 224),
+    "repvgg_a0": ("timm", "repvgg_a0", 224),
     "mixnet_s": ("timm", "mixnet_s", 224),
     # layer norms over the channels (ConvNeXt's blocks, EdgeNeXt's, MobileViT's and EfficientFormerV2's tokens)
     "convnext_atto": ("timm", "convnext_atto", 224),
