@@ -153,3 +153,67 @@ def test_a_scalar_stays_a_scalar():
     assert [list(numpy_helper.to_array(i).shape) for i in out.graph.initializer if i.name.startswith("c_")] == [[]]
     onnx.shape_inference.infer_shapes(out, strict_mode=True)
     _same_outputs(model, out, (4, 5, 6))
+
+
+def _same_pad(axis: int, size_name: str, kernel: int, stride: int) -> list:
+    """timm's TensorFlow "same" padding of one spatial axis as torch.onnx writes it, in floating point:
+    pad = max((ceil(size / stride) - 1) * stride + kernel - size, 0), split pad // 2 before, the rest after."""
+    f = f"{size_name}_f"
+    return _dim(axis, "r", size_name) + [
+        helper.make_node("Cast", [size_name], [f], to=TensorProto.FLOAT),
+        helper.make_node("Div", [f, "stride_f"], [f"{f}_q"]),
+        helper.make_node("Ceil", [f"{f}_q"], [f"{f}_c"]),
+        helper.make_node("Sub", [f"{f}_c", "one_f"], [f"{f}_c1"]),
+        helper.make_node("Mul", [f"{f}_c1", "stride_f"], [f"{f}_m"]),
+        helper.make_node("Add", [f"{f}_m", "kernel_f"], [f"{f}_a"]),
+        helper.make_node("Sub", [f"{f}_a", f], [f"{f}_p"]),
+        helper.make_node("Clip", [f"{f}_p", "zero_f"], [f"{f}_pad"]),
+        helper.make_node("Div", [f"{f}_pad", "two_f"], [f"{f}_half"]),
+        helper.make_node("Cast", [f"{f}_half"], [f"{size_name}_before"], to=TensorProto.INT64),
+        helper.make_node("Cast", [f"{f}_pad"], [f"{size_name}_pad"], to=TensorProto.INT64),
+        helper.make_node("Sub", [f"{size_name}_pad", f"{size_name}_before"], [f"{size_name}_after"]),
+    ]
+
+
+def test_tensorflow_same_padding_computed_in_floating_point_becomes_constant():
+    """timm's tf_ models pad each strided conv's input by amounts computed at run time from Shape ops in
+    floating point (Cast, Div, Ceil, Clip): folded, the Pad's amounts are constants and the shapes after it
+    known, so the conv behind it can be measured and fused; the outputs stay the same at several batch
+    sizes, with the batch symbolic."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"])]
+    nodes += _same_pad(2, "h", 3, 2) + _same_pad(3, "w", 3, 2)
+    nodes += [helper.make_node("Concat", ["zeros2", "h_before", "w_before", "zeros2", "h_after", "w_after"],
+                               ["pads"], axis=0),
+              helper.make_node("Pad", ["r", "pads"], ["p"]),
+              helper.make_node("Conv", ["p", "wt"], ["y"], kernel_shape=[3, 3], strides=[2, 2])]
+    model = _model(nodes, INDICES | {"zeros2": [0, 0]}, ["batch", 4, 8, 7])
+    floats = {"stride_f": 2.0, "one_f": 1.0, "kernel_f": 3.0, "zero_f": 0.0, "two_f": 2.0}
+    model.graph.initializer.extend(numpy_helper.from_array(np.array(v, np.float32), k) for k, v in floats.items())
+    weight = np.random.default_rng(1).standard_normal((5, 4, 3, 3)).astype(np.float32)
+    model.graph.initializer.append(numpy_helper.from_array(weight, "wt"))
+    model = onnx.shape_inference.infer_shapes(model)
+    out, report = run_pass(shape_constants, model)
+    assert ops(out) == ["Relu", "Pad", "Conv"]
+    assert report.canonicalized["constant arithmetic → constant"] > 0
+    pads = next(numpy_helper.to_array(i) for i in out.graph.initializer if i.name == out.graph.node[1].input[1])
+    assert pads.tolist() == [0, 0, 0, 1, 0, 0, 1, 1]  # 8 rows: 0 before, 1 after; 7 columns: 1 and 1
+    shapes = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
+              for g in [onnx.shape_inference.infer_shapes(out).graph] for v in [*g.value_info, *g.output]}
+    assert shapes["p"] == ["batch", 4, 9, 9] and shapes["y"] == ["batch", 5, 4, 4]
+    _same_outputs(model, out, (4, 8, 7))
+
+
+def test_small_constant_folding_leaves_weights_alone():
+    """Only shape-sized results are computed ahead: a Transpose of a filter stays in the model."""
+    nodes = [helper.make_node("Transpose", ["wt"], ["wt_t"], perm=[1, 0, 2, 3]),
+             helper.make_node("Relu", ["x"], ["r"])] + _dim(0, "r") + _dim(1, "r") + _dim(2, "r") + _dim(3, "r")
+    nodes += [helper.make_node("Concat", ["r_d0", "r_d1", "r_d2", "r_d3"], ["shape"], axis=0),
+              helper.make_node("Reshape", ["r", "shape"], ["rr"]),
+              helper.make_node("Conv", ["rr", "wt_t"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    model = _model(nodes, INDICES, ["batch", 16, 5, 6])
+    weight = np.random.default_rng(2).standard_normal((16, 16, 3, 3)).astype(np.float32)  # 9 KiB
+    model.graph.initializer.append(numpy_helper.from_array(weight, "wt"))
+    model = onnx.shape_inference.infer_shapes(model)
+    out, _ = run_pass(shape_constants, model)
+    assert "Shape" not in ops(out) and "Transpose" in ops(out)
+    _same_outputs(model, out, (16, 5, 6))

@@ -10,7 +10,13 @@ element is a number, a symbolic dimension (the batch) or unknown. A tensor whose
 numbers becomes a constant of those numbers. A Reshape shape that still holds symbolic dimensions
 becomes one where each of them is the data's own dimension at the same position (0: "copy it", with
 allowzero 0), or where a single one is left for Reshape to infer (-1). Anything else stays as it is;
-the values are the ones the nodes would compute for every input the model's declared shape admits."""
+the values are the ones the nodes would compute for every input the model's declared shape admits.
+
+What such numbers feed next in floating point (timm's TensorFlow "same" padding: Shape → Gather → Cast
+→ Div → Ceil → Mul → Sub → Clip → ... → Pad) is folded by onnx-graphsurgeon's fold_constants, which
+runs the nodes whose inputs are all constants through ONNX Runtime, as the runtime's own constant
+folding would at session start, for outputs of at most SMALL_CONSTANT_BYTES: the shapes after the Pad
+are then known, and the convs behind it can be measured."""
 from __future__ import annotations
 
 import numpy as np
@@ -129,6 +135,20 @@ def _reshape_shape(node: gs.Node, elements: list[Element]) -> list[int] | None:
 
 
 ROUNDS = 64  # shape inference again after each round: one more block of a chain of Reshapes per round
+SMALL_CONSTANT_BYTES = 1024  # shape-sized: the folding never copies or rewrites a model's weights
+
+
+def _fold_small_constants(graph: gs.Graph, report: Report) -> None:
+    """Nodes whose inputs are all constants, their small outputs computed once (see the module's text)."""
+    def computing() -> int:  # nodes that compute (a Constant node becomes a constant tensor as it is)
+        return sum(n.op != "Constant" for n in graph.nodes)
+
+    before = computing()
+    graph.fold_constants(fold_shapes=False, recurse_subgraphs=False, flatten_subgraphs=False,
+                         size_threshold=SMALL_CONSTANT_BYTES)
+    graph.cleanup(remove_unused_graph_inputs=False)
+    if computing() < before:
+        report.canonicalized["constant arithmetic → constant"] += before - computing()
 
 
 def _fold_once(graph: gs.Graph, report: Report) -> bool:
@@ -177,6 +197,7 @@ def shape_constants(graph: gs.Graph, report: Report) -> gs.Graph:
         if not any(n.op == "Shape" for n in graph.nodes) or not _fold_once(graph, report):
             break
         graph.cleanup(remove_unused_graph_inputs=False)
+        _fold_small_constants(graph, report)
         infer_shapes_again(graph)  # the shapes after a Reshape made constant, for the next Shape ops
     return graph.cleanup(remove_unused_graph_inputs=False)
 
@@ -199,5 +220,6 @@ def concrete_shapes(graph: gs.Graph, batch: int, rounds: int = 8) -> dict[str, t
         if not _fold_once(light, Report()):
             break
         light.cleanup(remove_unused_graph_inputs=False)
+        _fold_small_constants(light, Report())
     return {t.name: tuple(t.shape) for t in light.tensors().values()
             if t.shape and all(isinstance(d, int) and d > 0 for d in t.shape)}
