@@ -1,7 +1,7 @@
-"""The optimizer pipeline: load → canonicalize → shape arithmetic to constants → fold BN → fold per-channel
-affines → activation ops (ort-cpu) → fuse → small pools as convs, fused → layout → unfolded BNs back to
-BatchNormalization (fp32) → NHWC pools → precision → input layout (ORT) → cleanup → whole-model check
-(where fusions were measured here) → save."""
+"""The optimizer pipeline: load → canonicalize → shape arithmetic to constants → zero Pads into Conv pads
+(ort-cpu) → fold BN → fold per-channel affines → activation ops (ort-cpu) → fuse → small pools as convs,
+fused → layout → unfolded BNs back to BatchNormalization (fp32) → NHWC pools → precision → input layout
+(ORT) → cleanup → whole-model check (where fusions were measured here) → save."""
 from __future__ import annotations
 
 import gc
@@ -39,6 +39,7 @@ from .passes.load import load_model, load_model_split, validate
 from .passes.matmul_as_conv import matmul_as_conv
 from .passes.nearest_upsample import nearest_upsample
 from .passes.nhwc_pools import nhwc_pools
+from .passes.pad_into_conv import pad_into_conv
 from .passes.pool_as_conv import pool_as_conv
 from .passes.precision import precision as convert_precision
 from .passes.scaled_residual import scaled_residual
@@ -588,6 +589,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         graph = canonicalize(graph, report)
     with _timed(report, "shape_constants", progress, free_memory):
         graph = shape_constants(graph, report)
+    with _timed(report, "pad_into_conv", progress, free_memory):  # on the Pads shape_constants made constant
+        graph = pad_into_conv(graph, report, target)
     decider = make_decider(policy or FusionPolicy(), target, precision, report)
     if decider.allow_tf32:
         report.notes.append("fp32 FusedConvs may compute in TF32 on the tensor cores (allow_tf32), as ORT's own "
