@@ -217,3 +217,20 @@ def test_small_constant_folding_leaves_weights_alone():
     out, _ = run_pass(shape_constants, model)
     assert "Shape" not in ops(out) and "Transpose" in ops(out)
     _same_outputs(model, out, (16, 5, 6))
+
+
+def test_an_op_of_another_domain_is_left_out_of_the_folding_and_the_rest_folds():
+    """ONNX Runtime cannot evaluate an op it does not know: it stays, reading the folded constant."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"])] + _dim(1, "r") + [
+        helper.make_node("Cast", ["r_d1"], ["c"], to=TensorProto.FLOAT),
+        helper.make_node("Scale", ["c"], ["s"], domain="vendor.ops"),
+        helper.make_node("Mul", ["r", "s"], ["y"])]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 5, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 5, 6])],
+                          [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in INDICES.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("vendor.ops", 1)])
+    model.ir_version = 8
+    out, report = run_pass(shape_constants, onnx.shape_inference.infer_shapes(model))
+    assert ops(out) == ["Relu", "Scale", "Mul"] and report.canonicalized["constant arithmetic → constant"] == 1
+    scale = out.graph.node[1]
+    assert numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == scale.input[0])).tolist() == [4.0]

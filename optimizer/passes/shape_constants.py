@@ -143,14 +143,17 @@ def _fold_small_constants(graph: gs.Graph, report: Report) -> None:
     def computing() -> int:  # nodes that compute (a Constant node becomes a constant tensor as it is)
         return sum(n.op != "Constant" for n in graph.nodes)
 
-    def reads_a_large_constant(node: gs.Node) -> bool:  # weights: never read, let alone computed on, here
-        return any(isinstance(t, gs.Constant) and (t.shape is None or t.dtype is None
-                                                   or int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize
-                                                   > SMALL_CONSTANT_BYTES) for t in node.inputs)
+    def left_alone(node: gs.Node) -> bool:
+        """Weights are never read, let alone computed on, here; and an op of another domain is left out
+        (ONNX Runtime may not know it, and one failure would leave the whole evaluation unfolded)."""
+        return node.domain not in (None, "", "ai.onnx") or any(
+            isinstance(t, gs.Constant) and (t.shape is None or t.dtype is None
+                                            or int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize
+                                            > SMALL_CONSTANT_BYTES) for t in node.inputs)
 
     before = computing()
     graph.fold_constants(fold_shapes=False, recurse_subgraphs=False, flatten_subgraphs=False,
-                         size_threshold=SMALL_CONSTANT_BYTES, should_exclude_node=reads_a_large_constant)
+                         size_threshold=SMALL_CONSTANT_BYTES, should_exclude_node=left_alone)
     graph.cleanup(remove_unused_graph_inputs=False)
     if computing() < before:
         report.canonicalized["constant arithmetic → constant"] += before - computing()
