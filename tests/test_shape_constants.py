@@ -234,3 +234,17 @@ def test_an_op_of_another_domain_is_left_out_of_the_folding_and_the_rest_folds()
     assert ops(out) == ["Relu", "Scale", "Mul"] and report.canonicalized["constant arithmetic → constant"] == 1
     scale = out.graph.node[1]
     assert numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == scale.input[0])).tolist() == [4.0]
+
+
+def test_a_graph_output_computed_from_constants_keeps_its_node():
+    """A model that returns a size it computes (here the channel count as a float) still computes it."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"])] + _dim(1, "y") + [
+        helper.make_node("Cast", ["y_d1"], ["channels"], to=TensorProto.FLOAT)]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 5, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 5, 6]),
+                           helper.make_tensor_value_info("channels", TensorProto.FLOAT, [1])],
+                          [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in INDICES.items()])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    out, _ = run_pass(shape_constants, model)
+    assert ops(out) == ["Relu", "Cast"] and [o.name for o in out.graph.output] == ["y", "channels"]
+    _same_outputs(model, out, (4, 5, 6))

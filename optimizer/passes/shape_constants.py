@@ -143,13 +143,18 @@ def _fold_small_constants(graph: gs.Graph, report: Report) -> None:
     def computing() -> int:  # nodes that compute (a Constant node becomes a constant tensor as it is)
         return sum(n.op != "Constant" for n in graph.nodes)
 
+    outputs = {t.name for t in graph.outputs}  # by name: the nodes asked about are a copy's
+
     def left_alone(node: gs.Node) -> bool:
-        """Weights are never read, let alone computed on, here; and an op of another domain is left out
-        (ONNX Runtime may not know it, and one failure would leave the whole evaluation unfolded)."""
-        return node.domain not in (None, "", "ai.onnx") or any(
-            isinstance(t, gs.Constant) and (t.shape is None or t.dtype is None
-                                            or int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize
-                                            > SMALL_CONSTANT_BYTES) for t in node.inputs)
+        """Weights are never read, let alone computed on, here; an op of another domain is left out (ONNX
+        Runtime may not know it, and one failure would leave the whole evaluation unfolded); a graph
+        output keeps the node that writes it."""
+        def large(t: gs.Tensor) -> bool:
+            return isinstance(t, gs.Constant) and (t.shape is None or t.dtype is None or int(np.prod(t.shape))
+                                                   * np.dtype(t.dtype).itemsize > SMALL_CONSTANT_BYTES)
+
+        return (node.domain not in (None, "", "ai.onnx") or any(t.name in outputs for t in node.outputs)
+                or any(large(t) for t in node.inputs))
 
     before = computing()
     graph.fold_constants(fold_shapes=False, recurse_subgraphs=False, flatten_subgraphs=False,
