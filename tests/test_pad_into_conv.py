@@ -80,3 +80,21 @@ def test_a_pad_before_a_fused_conv_goes_in_the_optimized_model():
     feeds = {"x": np.random.default_rng(1).standard_normal((2, 4, 9, 8)).astype(np.float32)}
     np.testing.assert_allclose(run_ort(optimized, feeds, library=True)[0], run_ort(model, feeds)[0],
                                rtol=1e-4, atol=1e-5)
+
+
+def test_an_opset_10_pad_with_attributes_goes_too():
+    """Below opset 11 the amounts and the value are attributes."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Pad", ["r"], ["p"], pads=[0, 0, 1, 0, 0, 0, 1, 2], value=0.0),
+             helper.make_node("Conv", ["p", "w"], ["y"], kernel_shape=[3, 3])]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 9, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(rng.standard_normal((6, 4, 3, 3)).astype(np.float32), "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)])
+    model.ir_version = 5
+    model = onnx.shape_inference.infer_shapes(model)
+    out, _ = run_pass(lambda g, r: pad_into_conv(g, r, "ort-cpu"), model)
+    assert ops(out) == ["Relu", "Conv"]
+    assert next(list(a.ints) for a in out.graph.node[1].attribute if a.name == "pads") == [1, 0, 1, 2]
+    _same_outputs(model, out)
