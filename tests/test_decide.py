@@ -1146,3 +1146,31 @@ def test_a_reading_on_the_thread_count_decided_for_is_not_read_again_after_a_fai
                           target="ort-cpu", precision="fp32", model_check=check)
     assert check.calls[:2] == [((8, 16), 1), ((8,), 1)]  # failed once, then the smaller half
     assert _fused_convs(report) == []
+
+
+@pytest.mark.parametrize("readings, kept", [([0.985, 1.03], True), ([0.985, 0.99], False)],
+                         ids=["near the floor, then faster", "near the floor twice"])
+def test_a_near_miss_variants_one_thread_reading_near_the_floor_is_read_again(readings, kept, tmp_path, monkeypatch):
+    """The variant with the near miss fused, against the checked model on one thread: the same re-read as the
+    check's own readings."""
+    monkeypatch.setattr(pipeline, "cpu_cores", lambda: 2)
+    model, (a, b, c) = _chain(3)
+    left = list(readings)
+
+    def speedup(ks, batch):
+        if check.threads[-1] == 1:
+            return 1.1 * (left.pop(0) if len(ks) == 3 else 1.0)
+        return 1.2 * (1.1 if len(ks) == 3 else 1.0)
+
+    class Check(FakeModelCheck):
+        def __call__(self, *args, **kwargs):
+            r = super().__call__(*args, **kwargs)
+            ratios = [r["speedup"] + d for d in np.linspace(-0.04, 0.04, 15)]
+            return dict(r, ratios=ratios, speedup_q1=ratios[3], speedup_q3=ratios[11], slower=ratios[11] < 1.0)
+
+    check = Check(speedup)
+    _, report = _optimize(model, FakeTimer({a: (10.0, 20.0), b: (11.0, 10.0), c: (10.0, 20.0)}), tmp_path=tmp_path,
+                          target="ort-cpu", precision="fp32", threads=None, model_check=check)
+    assert check.threads == [None, 1, None, 1, 1] and left == []
+    assert _fused_convs(report) == ([a, b, c] if kept else [a, c])
+    assert any("against it, both readings, batch 1, 1 thread" in note for note in report.notes)
