@@ -132,10 +132,13 @@ class FusionPolicy:
         return mode
 
 
-def _timer_for(target: str, threads: int | None = None):
+def _timer_for(target: str, precision: str, threads: int | None = None):
     """ONNX Runtime's timer for `target` on this machine, or (None, why not)."""
     from . import measure  # noqa: PLC0415 (onnxruntime and the native library load on first use)
 
+    if target == "ort-cpu" and precision == "bf16":
+        # the runtime's side of a candidate would be a bfloat16 Conv: every one failed to load
+        return None, "ONNX Runtime's CPU EP has no bfloat16 Conv to time a candidate against"
     if target == "ort-cpu":
         return measure.OrtCpuTimer(threads), ""
     if target == "ort-cuda":
@@ -152,7 +155,8 @@ def make_decider(policy: FusionPolicy, target: str, precision: str, report: Repo
         if policy.costs_file:
             costs = FileCosts(policy.costs_file, policy.costs_device)
         else:
-            timer, why = (policy.timer, "") if policy.timer is not None else _timer_for(target, policy.threads)
+            timer, why = ((policy.timer, "") if policy.timer is not None
+                          else _timer_for(target, precision, policy.threads))
             if timer is not None:
                 cache_path = policy.cache_path or default_cache_path()
                 try:

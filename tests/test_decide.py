@@ -1174,3 +1174,15 @@ def test_a_near_miss_variants_one_thread_reading_near_the_floor_is_read_again(re
     assert check.threads == [None, 1, None, 1, 1] and left == []
     assert _fused_convs(report) == ([a, b, c] if kept else [a, c])
     assert any("against it, both readings, batch 1, 1 thread" in note for note in report.notes)
+
+
+def test_bf16_on_the_cpu_is_not_measured_and_says_why(tmp_path):
+    """ONNX Runtime's CPU EP has no bfloat16 Conv: the runtime's side of a candidate cannot be built, so
+    nothing is timed (each try failed to load, and the report showed ORT's type error) and the report
+    says why; the candidates stay ORT's by the static policy."""
+    model, (a, b) = _chain(2)
+    policy = FusionPolicy(mode="auto", cache_path=str(tmp_path / "cache.json"))
+    _, report = optimize_model(model, target="ort-cpu", precision="bf16", policy=policy)
+    assert "no bfloat16 Conv" in report.costs
+    assert _fused_convs(report) == [] and {d.node for d in report.decisions} == {a, b}
+    assert all(d.reason.startswith("static: ") and "INVALID_GRAPH" not in d.reason for d in report.decisions)
