@@ -13,11 +13,10 @@ namespace {
 
 constexpr const char* kChannelMean = "ChannelMean";
 
-struct ChannelMeanCpuKernel {
+struct ChannelMeanCpuKernel : NamedNode {
   ChannelMeanCpuKernel(const OrtApi*, const OrtKernelInfo* info)
-      : node_(describe_node(Ort::ConstKernelInfo(info), kChannelMean)) {
-    const Status s = require_inputs(Ort::ConstKernelInfo(info), {"X"});
-    if (!s.ok()) throw Ort::Exception(node_ + ": " + s.message(), ORT_INVALID_GRAPH);
+      : NamedNode{describe_node(Ort::ConstKernelInfo(info), kChannelMean)} {
+    require(require_inputs(Ort::ConstKernelInfo(info), {"X"}));
   }
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<float>& X, Tensor<float>& Y) {
@@ -33,13 +32,6 @@ struct ChannelMeanCpuKernel {
     }
     return Ort::Status{nullptr};
   }
-
- private:
-  Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
-    return Ort::Status((node_ + ": " + message).c_str(), code);
-  }
-
-  std::string node_;
 };
 
 }  // namespace

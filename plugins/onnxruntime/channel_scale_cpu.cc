@@ -13,11 +13,10 @@ namespace {
 
 constexpr const char* kChannelScale = "ChannelScale";
 
-struct ChannelScaleCpuKernel {
+struct ChannelScaleCpuKernel : NamedNode {
   ChannelScaleCpuKernel(const OrtApi*, const OrtKernelInfo* info)
-      : node_(describe_node(Ort::ConstKernelInfo(info), kChannelScale)) {
-    const Status s = require_inputs(Ort::ConstKernelInfo(info), {"X", "S"});
-    if (!s.ok()) throw Ort::Exception(node_ + ": " + s.message(), ORT_INVALID_GRAPH);
+      : NamedNode{describe_node(Ort::ConstKernelInfo(info), kChannelScale)} {
+    require(require_inputs(Ort::ConstKernelInfo(info), {"X", "S"}));
   }
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<float>& X, const Tensor<float>& S, Tensor<float>& Y) {
@@ -44,11 +43,6 @@ struct ChannelScaleCpuKernel {
     for (size_t i = 0; i < d.size(); ++i) text += (i ? ", " : "") + std::to_string(d[i]);
     return text + "]";
   }
-  Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
-    return Ort::Status((node_ + ": " + message).c_str(), code);
-  }
-
-  std::string node_;
 };
 
 }  // namespace

@@ -14,16 +14,14 @@ namespace {
 
 constexpr const char* kLayerNorm = "LayerNorm";
 
-struct LayerNormCpuKernel {
+struct LayerNormCpuKernel : NamedNode {
   LayerNormCpuKernel(const OrtApi*, const OrtKernelInfo* raw_info) {
     const Ort::ConstKernelInfo info(raw_info);
-    node_ = describe_node(info, kLayerNorm);
-    const Status s = require_inputs(info, {"X", "Scale"});
-    if (!s.ok()) throw Ort::Exception(node_ + ": " + s.message(), ORT_INVALID_GRAPH);
+    node = describe_node(info, kLayerNorm);
+    require(require_inputs(info, {"X", "Scale"}));
     has_bias_ = has_input(info, 2);
     epsilon_ = optional_attribute("epsilon", [&] { return info.GetAttribute<float>("epsilon"); }).value_or(1e-5f);
-    if (!(epsilon_ >= 0.f)) throw Ort::Exception(node_ + ": epsilon must be >= 0, got " + std::to_string(epsilon_),
-                                                 ORT_INVALID_GRAPH);
+    if (!(epsilon_ >= 0.f)) require(Status::Error("epsilon must be >= 0, got " + std::to_string(epsilon_)));
   }
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<float>& X, const Tensor<float>& Scale,
@@ -52,11 +50,6 @@ struct LayerNormCpuKernel {
   }
 
  private:
-  Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
-    return Ort::Status((node_ + ": " + message).c_str(), code);
-  }
-
-  std::string node_;
   bool has_bias_ = false;
   float epsilon_ = 1e-5f;
 };

@@ -11,12 +11,9 @@ namespace epifuse::ort {
 
 constexpr const char* kNchwToNhwc = "NchwToNhwc";
 
-struct LayoutNode {
-  std::string node;
-
-  explicit LayoutNode(const OrtKernelInfo* info) : node(describe_node(Ort::ConstKernelInfo(info), kNchwToNhwc)) {
-    const Status s = require_inputs(Ort::ConstKernelInfo(info), {"X"});
-    if (!s.ok()) throw Ort::Exception(node + ": " + s.message(), ORT_INVALID_GRAPH);
+struct LayoutNode : NamedNode {
+  explicit LayoutNode(const OrtKernelInfo* info) : NamedNode{describe_node(Ort::ConstKernelInfo(info), kNchwToNhwc)} {
+    require(require_inputs(Ort::ConstKernelInfo(info), {"X"}));
   }
 
   // One run of either kernel: checks X, allocates Y [N, H, W, C] and calls
@@ -33,10 +30,6 @@ struct LayoutNode {
       return error(e.what(), ORT_RUNTIME_EXCEPTION);
     }
     return Ort::Status{nullptr};
-  }
-
-  Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
-    return Ort::Status((node + ": " + message).c_str(), code);
   }
 };
 

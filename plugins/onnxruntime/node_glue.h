@@ -102,11 +102,24 @@ inline std::string describe_node(const Ort::ConstKernelInfo& info, const char* o
   return std::string("epifuse::") + op_type + " node '" + name + "'";
 }
 
+// A kernel's node (describe_node's text), named in every error its kernel throws or returns.
+struct NamedNode {
+  std::string node;
+
+  // At kernel creation: a failed `s` throws, which ORT turns into a failed session creation.
+  void require(const Status& s) const {
+    if (!s.ok()) throw Ort::Exception(node + ": " + s.message(), ORT_INVALID_GRAPH);
+  }
+  // At run time: the status a Compute returns.
+  Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
+    return Ort::Status((node + ": " + message).c_str(), code);
+  }
+};
+
 // Parses and validates the node's attributes at kernel creation; a failure throws, which ORT
 // turns into a failed session creation naming the node.
 template <class T>
-struct NodeAttributes {
-  std::string node;
+struct NodeAttributes : NamedNode {
   epifuse::ConvAttributes attr;
   bool has_z = false;  // Z given (an input 3 named "" is no Z)
 
@@ -124,7 +137,7 @@ struct NodeAttributes {
       s = Status::Error(e.what());
     }
     if (s.ok()) s = check_declared_shapes(info);
-    if (!s.ok()) throw Ort::Exception(node + ": " + s.message(), ORT_INVALID_GRAPH);
+    require(s);
   }
 
   // Z as the kernel may read it: null where the node has none.
@@ -135,10 +148,6 @@ struct NodeAttributes {
               epifuse::ConvProblem* p) const {
     return epifuse::bind_shapes(attr, kDType<T>, X.Shape(), W.Shape(), &B.Shape(), z != nullptr,
                                 z ? &z->Shape() : nullptr, p);
-  }
-
-  Ort::Status error(const std::string& message, OrtErrorCode code = ORT_INVALID_ARGUMENT) const {
-    return Ort::Status((node + ": " + message).c_str(), code);
   }
 
  private:
