@@ -1,6 +1,6 @@
-"""Channels-last global average pools as a GEMV, where the target runs that faster (ort-cuda, fp16): ReduceMean over
-axes 1 and 2 of [N, H, W, C] with keepdims, the form the layout pass gives GlobalAveragePool inside
-an NHWC region, becomes
+"""Channels-last global average pools as a GEMV, where the target runs that faster (ort-cuda, fp16):
+ReduceMean over axes 1 and 2 of [N, H, W, C] with keepdims, the form the layout pass gives
+GlobalAveragePool inside an NHWC region, becomes
 
     Reshape [N, H*W, C]  →  MatMul by a [1, H*W] row of 1/(H*W)  →  Reshape [N, 1, 1, C]
 
