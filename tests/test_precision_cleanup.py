@@ -73,6 +73,30 @@ def test_bf16_on_gpu_targets_only_where_the_schema_admits_it(opset, expected, ta
     onnx.checker.check_model(out, full_check=True)
 
 
+def test_bf16_on_the_cpu_moves_in_bf16_only_what_bf16_nodes_wrote():
+    """The CPU EP has bfloat16 kernels only for ops that move data: a Transpose of a bf16 FusedConv's
+    output runs bf16 (the Cast after it then moves half the bytes), while a Flatten between two float32
+    ops stays float32 (in bf16 it would get two Casts and a rounding for nothing)."""
+    from optimizer import contract
+
+    w = numpy_helper.from_array(np.ones((4, 1, 1, 4), np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(4, np.float32), "b")
+    nodes = [helper.make_node(contract.OP_TYPE, ["x", "w", "b"], ["c"], name="fused", domain=contract.DOMAIN),
+             helper.make_node("Transpose", ["c"], ["t"], name="to_nchw", perm=[0, 3, 1, 2]),
+             helper.make_node("Relu", ["t"], ["r"], name="relu"),
+             helper.make_node("Flatten", ["r"], ["y"], name="flatten")]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 36])], [w, b],
+                          value_info=[helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 3, 3, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid(contract.DOMAIN, contract.OPSET_VERSION)])
+    m.ir_version = 8
+    out = _convert(onnx.shape_inference.infer_shapes(m), "bf16", "ort-cpu")
+    assert ops(out) == ["Cast", contract.OP_TYPE, "Transpose", "Cast", "Relu", "Flatten"]
+    types = {v.name: v.type.tensor_type.elem_type for v in onnx.shape_inference.infer_shapes(out).graph.value_info}
+    assert types["t"] == TensorProto.BFLOAT16 and types["r"] == TensorProto.FLOAT
+
+
 def test_cpu_target_keeps_ops_without_fp16_kernels_in_fp32():
     m = _chain(["Relu", "Mish", "Relu"], opset=18)  # the CPU EP has no float16 Mish
     out = _convert(m, "fp16", "ort-cpu")

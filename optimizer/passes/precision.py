@@ -80,6 +80,24 @@ def _runs_low(node: gs.Node, target: str, precision: str, opset: int) -> bool:
     return node.op not in _GPU_EXCLUDED and (admitted is None or admitted[0])
 
 
+def _follow_producers(graph: gs.Graph, low_nodes: set[int]) -> set[int]:
+    """On the CPU EP bfloat16 only moves data: a move op runs low where its float data comes from
+    low-precision nodes (a Transpose or Concat of FusedConv outputs), else it stays float32 (a Flatten
+    between a pool and a Gemm, which would otherwise get two Casts and a rounding for nothing). `graph`
+    in topological order."""
+    kept = set()
+    for node in graph.nodes:
+        if id(node) not in low_nodes:
+            continue
+        if node.op not in _MOVE or node.domain not in (None, "", "ai.onnx"):
+            kept.add(id(node))
+            continue
+        data = [t for t in node.inputs if t.name and not isinstance(t, gs.Constant) and _is_float32(t)]
+        if data and all(t.inputs and id(t.inputs[0]) in kept for t in data):
+            kept.add(id(node))
+    return kept
+
+
 def _is_float32(t: gs.Tensor) -> bool:
     dtype = t.values.dtype if isinstance(t, gs.Constant) else t.dtype
     try:
@@ -96,7 +114,10 @@ def precision(graph: gs.Graph, report: Report, precision: str, target: str) -> g
                            f"the model is opset {graph.opset} (onnx.version_converter.convert_version can raise it, "
                            f"or use --precision fp16)")
     low = LOW_DTYPES[precision]
+    graph.toposort()
     low_nodes = {id(n) for n in graph.nodes if _runs_low(n, target, precision, graph.opset)}
+    if target == "ort-cpu" and precision == "bf16":
+        low_nodes = _follow_producers(graph, low_nodes)
     casts: dict[tuple[str, str], gs.Tensor] = {}
     converted: dict[str, gs.Constant] = {}
     graph_outputs = {id(t) for t in graph.outputs}
