@@ -72,7 +72,8 @@ def _model(graph: gs.Graph) -> onnx.ModelProto:
 
 
 def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
-                  residual_source: bool = False, output_sink: bool = False) -> onnx.ModelProto:
+                  residual_source: bool = False, output_sink: bool = False,
+                  dtype: str | None = None) -> onnx.ModelProto:
     """The group's original nodes, `copies` times side by side on the same inputs. With `nhwc_io`,
     inputs and outputs are NHWC with Transposes around the nodes (for ORT's prefer_nhwc). With
     `residual_source`, the residual comes out of a 1x1 MaxPool (node RESIDUAL_SOURCE, left out of the
@@ -82,10 +83,11 @@ def runtime_model(group: FusionGroup, copies: int = 1, nhwc_io: bool = False,
     next layer: ORT's CPU EP folds a HardSwish into an NCHWc conv only where something reads it; one
     that is a graph output it runs as HardSigmoid and Mul after the conv (2-3x the fused conv's time for
     a 3x3 depthwise conv at 14x14x480), which a model never pays. A pool of pattern NHWC_POOL(_GEMV) is
-    built in the form the model runs it unfused (NHWC in and out already)."""
+    built in the form the model runs it unfused (NHWC in and out already). `dtype`: the dtype the runtime
+    runs the nodes in, where it is not the group's (float32 on the CPU EP for a bf16 group)."""
     if group.pattern in (NHWC_POOL, NHWC_POOL_GEMV):
-        return _nhwc_pool_model(group, copies)
-    dtype = _np_dtype(group.dtype)
+        return _nhwc_pool_model(group, copies, dtype)
+    dtype = _np_dtype(dtype or group.dtype)
     x = gs.Variable("x", dtype, _nhwc(group.x_shape) if nhwc_io else group.x_shape)
     z = gs.Variable("z", dtype, _nhwc(group.z_shape) if nhwc_io else group.z_shape) if _separate_z(group) else None
     graph = gs.Graph(inputs=[t for t in (x, z) if t is not None], opset=OPSET)
@@ -152,13 +154,13 @@ def _split_sizes_as_input(node: gs.Node, attrs: dict, inputs: list, name: str) -
     return [inputs[0], gs.Constant(name, np.array(list(sizes), np.int64))]
 
 
-def _nhwc_pool_model(group: FusionGroup, copies: int) -> onnx.ModelProto:
+def _nhwc_pool_model(group: FusionGroup, copies: int, dtype: str | None = None) -> onnx.ModelProto:
     """A global average pool as the pipeline leaves it unfused inside an NHWC region: ReduceMean over
     H and W of the NHWC tensor (the layout pass), then, for NHWC_POOL_GEMV, passes.nhwc_pools' GEMV. Each
     copy reads an input of its own, so ORT cannot merge the copies."""
     from .passes.nhwc_pools import pools_to_gemv  # noqa: PLC0415 (passes import the costs this module serves)
 
-    dtype = _np_dtype(group.dtype)
+    dtype = _np_dtype(dtype or group.dtype)
     graph = gs.Graph(opset=OPSET)
     for copy in range(copies):
         x = gs.Variable("x" if copy == 0 else f"x{copy}", dtype, _nhwc(group.x_shape))
@@ -214,15 +216,19 @@ def _own(values: np.ndarray, copy: int) -> np.ndarray:
     return values if copy == 0 else (values.astype(np.float32) * (1 + copy / 1000)).astype(values.dtype)
 
 
-def fused_model(group: FusionGroup, copies: int = 1, input_source: bool = False) -> onnx.ModelProto:
+def fused_model(group: FusionGroup, copies: int = 1, input_source: bool = False,
+                float32_io: bool = False) -> onnx.ModelProto:
     """The FusedConv that would replace the group, NHWC, `copies` times on the same inputs. With
     `input_source`, its inputs come out of a 1x1 MaxPool each (nodes INPUT_SOURCE..., left out of the
     timing), written just before it as a model's previous layer writes them: on ORT's CPU EP the
     runtime's conv reads the output of the ReorderInput just before it, and a large layer read 20-27%
-    faster from such a fresh tensor than from the session's input (a 3x3 depthwise conv at 112x112)."""
+    faster from such a fresh tensor than from the session's input (a 3x3 depthwise conv at 112x112).
+    With `float32_io` (and `input_source`), the model's inputs and outputs are float32 and the sources
+    and sinks Casts (for bf16, which ONNX Runtime's Python API cannot feed or fetch); likewise left out."""
     d, dtype = group.desc, _np_dtype(group.dtype)
-    x = gs.Variable("x", dtype, (d.N, d.H, d.W, d.C))
-    z = gs.Variable("z", dtype, d.output_nhwc()) if _separate_z(group) else x if d.residual != "none" else None
+    io_dtype = np.dtype(np.float32) if float32_io else dtype
+    x = gs.Variable("x", io_dtype, (d.N, d.H, d.W, d.C))
+    z = gs.Variable("z", io_dtype, d.output_nhwc()) if _separate_z(group) else x if d.residual != "none" else None
     krsc = np.ascontiguousarray(np.transpose(group.weight, (0, 2, 3, 1)).astype(dtype))
     bias = np.ascontiguousarray(group.bias.astype(dtype))
     graph = gs.Graph(inputs=[x] + ([z] if _separate_z(group) else []), opset=OPSET)
@@ -230,7 +236,9 @@ def fused_model(group: FusionGroup, copies: int = 1, input_source: bool = False)
         fresh = {}
         for t in [x] + ([z] if z is not None and z is not x else []):
             fresh[id(t)] = gs.Variable(f"{INPUT_SOURCE}_{t.name}_out", dtype, t.shape)  # as the residual's
-            graph.nodes.append(gs.Node("MaxPool", f"{INPUT_SOURCE}_{t.name}", {"kernel_shape": [1, 1]}, [t],
+            graph.nodes.append(gs.Node("Cast", f"{INPUT_SOURCE}_{t.name}", {"to": ONNX_DTYPE[group.dtype]}, [t],
+                                       [fresh[id(t)]]) if float32_io else
+                               gs.Node("MaxPool", f"{INPUT_SOURCE}_{t.name}", {"kernel_shape": [1, 1]}, [t],
                                        [fresh[id(t)]]))
         x = fresh[id(x)]
         z = fresh[id(z)] if z is not None else None
@@ -246,19 +254,35 @@ def fused_model(group: FusionGroup, copies: int = 1, input_source: bool = False)
         w, b = gs.Constant(f"w{copy}", _own(krsc, copy)), gs.Constant(f"b{copy}", _own(bias, copy))
         graph.nodes.append(gs.Node(contract.OP_TYPE, f"fused{copy}", dict(attrs), [x, w, b] + ([z] if z else []), [y],
                                    domain=contract.DOMAIN))
+        if float32_io:
+            y.name = f"y{copy}_{group.dtype}"
+            sunk = gs.Variable(f"y{copy}", np.float32, d.output_nhwc())
+            graph.nodes.append(gs.Node("Cast", f"{OUTPUT_SINK}_{copy}", {"to": onnx.TensorProto.FLOAT}, [y], [sunk]))
+            y = sunk
         graph.outputs.append(y)
     return _model(graph)
 
 
-def transpose_model(shape, dtype: str, copies: int = 1) -> onnx.ModelProto:
+def transpose_model(shape, dtype: str, copies: int = 1, cast_to_float32: bool = False) -> onnx.ModelProto:
     """NHWC -> NCHW of a tensor of NCHW shape `shape` (the Transpose a region edge costs); each copy
-    reads an input of its own (ORT would merge identical Transposes of one input)."""
+    reads an input of its own (ORT would merge identical Transposes of one input). With
+    `cast_to_float32`, the edge of a low-precision region on a runtime that goes on in float32: the
+    Transpose and a Cast to float32; the input is float32 and its Cast to `dtype` (node INPUT_SOURCE...)
+    is left out of the timing."""
     np_dtype = _np_dtype(dtype)
     graph = gs.Graph(opset=OPSET)
     for copy in range(copies):
-        x = gs.Variable("x" if copy == 0 else f"x{copy}", np_dtype, _nhwc(shape))
+        x = gs.Variable("x" if copy == 0 else f"x{copy}", np.float32 if cast_to_float32 else np_dtype, _nhwc(shape))
         graph.inputs.append(x)
-        graph.outputs.append(_transpose(graph, x, (0, 3, 1, 2), f"y{copy}"))
+        if cast_to_float32:
+            low = gs.Variable(f"{x.name}_{dtype}", np_dtype, x.shape)
+            graph.nodes.append(gs.Node("Cast", f"{INPUT_SOURCE}_{copy}", {"to": ONNX_DTYPE[dtype]}, [x], [low]))
+            y = _transpose(graph, low, (0, 3, 1, 2), f"y{copy}_{dtype}")
+            out = gs.Variable(f"y{copy}", np.float32, y.shape)
+            graph.nodes.append(gs.Node("Cast", f"cast{copy}", {"to": onnx.TensorProto.FLOAT}, [y], [out]))
+            graph.outputs.append(out)
+        else:
+            graph.outputs.append(_transpose(graph, x, (0, 3, 1, 2), f"y{copy}"))
     return _model(graph)
 
 
@@ -341,16 +365,23 @@ class OrtCpuTimer:
             self._worker = None
 
     def group_times(self, group: FusionGroup) -> tuple[float, float]:
+        # bf16: the CPU EP has no bfloat16 Conv, and the precision pass leaves the nodes it does not fuse in
+        # float32 there, so its side is the float32 nodes, ours the bf16 FusedConv without the Casts at
+        # its edges (inside a region there are none; the region step counts those at its edges)
+        float32_runtime = group.dtype == "bf16"
         # serialized one at a time: a large layer's weights are copied into each model while it is built
-        runtime = runtime_model(group, residual_source=True, output_sink=True).SerializeToString()
-        ours = fused_model(group, input_source=True).SerializeToString()
+        runtime = runtime_model(group, residual_source=True, output_sink=True,
+                                dtype="fp32" if float32_runtime else None).SerializeToString()
+        ours = fused_model(group, input_source=True, float32_io=float32_runtime).SerializeToString()
         runtime_us, ours_us, reorder_in_us, reorder_out_us = self.time_pair(
-            runtime, ours, group.dtype, edges=(tuple(group.x_shape), tuple(group.y_shape)))
+            runtime, ours, "fp32" if float32_runtime else group.dtype,
+            edges=(tuple(group.x_shape), tuple(group.y_shape)))
         return ours_us, runtime_us, (reorder_in_us, reorder_out_us)
 
     def transpose_times(self, shape, dtype: str) -> float:
-        m = transpose_model(shape, dtype).SerializeToString()
-        return self.time_pair(m, m, dtype, skip_ops=())[0]
+        """A region edge: the Transpose, and for bf16 (a region in a float32 model here) the Cast too."""
+        m = transpose_model(shape, dtype, cast_to_float32=dtype == "bf16").SerializeToString()
+        return self.time_pair(m, m, "fp32" if dtype == "bf16" else dtype, skip_ops=())[0]
 
 
 MIN_RUNS, MAX_RUNS, GROUP_SECONDS = 3, 15, 2.0

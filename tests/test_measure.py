@@ -142,6 +142,47 @@ def test_the_cpu_timer_times_both_sides(tmp_path):
     assert "threads" in timer.device and ort.__version__ in timer.library
 
 
+def test_bf16_on_the_cpu_is_timed_against_the_float32_nodes(tmp_path):
+    """The CPU EP has no bfloat16 Conv, and the precision pass leaves the convs it does not fuse in float32
+    there: the runtime's side of a bf16 candidate is its float32 nodes, ours the bf16 FusedConv, fed and
+    read through Casts that are left out of its time as the sources and sinks are. Both compute the group;
+    the region's edge is timed as the Transpose and the Cast back to float32."""
+    from optimizer.measure import INPUT_SOURCE, OUTPUT_SINK
+
+    (group,) = _groups(PATTERNS["silu_post_residual"], tmp_path, precision="bf16")
+    assert group.dtype == "bf16"
+    runtime = runtime_model(group, residual_source=True, output_sink=True, dtype="fp32")
+    ours = fused_model(group, input_source=True, float32_io=True)
+    for model in (runtime, ours):
+        assert {v.type.tensor_type.elem_type for v in [*model.graph.input, *model.graph.output]} == {
+            onnx.TensorProto.FLOAT}
+    assert {t.data_type for t in runtime.graph.initializer} == {onnx.TensorProto.FLOAT}
+    fused = next(n for n in ours.graph.node if n.op_type == "FusedConv")
+    weights = {t.name: t.data_type for t in ours.graph.initializer}
+    assert weights[fused.input[1]] == weights[fused.input[2]] == onnx.TensorProto.BFLOAT16
+    casts = [n.name for n in ours.graph.node if n.op_type == "Cast"]
+    assert casts and all(c.startswith((INPUT_SOURCE, OUTPUT_SINK)) for c in casts)
+
+    rng = np.random.default_rng(3)
+    nchw = {"x": rng.standard_normal(group.x_shape).astype(np.float32)}
+    nhwc = {k: np.ascontiguousarray(v.transpose(0, 2, 3, 1)) for k, v in nchw.items()}
+    expected = _run(runtime, nchw)[0]
+    assert rel_l2(_run(ours, nhwc)[0].transpose(0, 3, 1, 2), expected) < 2e-2  # bf16 rounding, not more
+
+    timer = OrtCpuTimer()
+    try:
+        ours_us, runtime_us, _ = timer.group_times(group)
+        edge_us = timer.transpose_times(group.x_shape, "bf16")
+    finally:
+        timer.close()
+    assert ours_us > 0 and runtime_us > 0 and edge_us > 0
+    x = rng.standard_normal((1, 5, 6, 3)).astype(np.float32)
+    edge = transpose_model((1, 3, 5, 6), "bf16", cast_to_float32=True)
+    assert [n.op_type for n in edge.graph.node] == ["Cast", "Transpose", "Cast"]
+    (y,) = _run(edge, {"x": x})
+    assert y.dtype == np.float32 and rel_l2(y, x.transpose(0, 3, 1, 2)) < 1e-2
+
+
 def test_the_cpu_timer_measures_on_the_threads_asked_for(tmp_path):
     (group,) = _groups(PATTERNS["pre_residual_relu"], tmp_path)
     timer = OrtCpuTimer(threads=1)
