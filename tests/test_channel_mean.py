@@ -54,6 +54,31 @@ def test_the_op_averages_as_numpy_does(isa, shape, monkeypatch):
     np.testing.assert_allclose(y, x.astype(np.float64).mean(axis=(1, 2), keepdims=True), rtol=2e-6, atol=0)
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize("shape", [(2, 5, 7, 19), (1, 112, 112, 32), (1, 14, 14, 672), (2, 7, 7, 1153), (1, 0, 5, 8)])
+def test_the_op_averages_bf16_in_fp32_and_rounds_once(isa, shape, monkeypatch):
+    """bfloat16 X: summed in fp32 (pieces and threads as for float), the mean rounded to bfloat16 once: within
+    bf16's unit roundoff of the float64 mean of the same bf16 values, plus the fp32 sums' own error."""
+    import ml_dtypes
+
+    monkeypatch.setenv("EPIFUSE_CPU_ISA", isa)
+    nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+             helper.make_node(OP_TYPE, ["xb"], ["yb"], domain="epifuse"),
+             helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "mean", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, ir_version=9,
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+    x = (np.random.default_rng(6).standard_normal(shape) + 4).astype(np.float32)
+    y = _run(model, x)
+    assert y.shape == (shape[0], 1, 1, shape[3])
+    if x.size == 0:
+        assert np.isnan(y).all()
+        return
+    exact = x.astype(ml_dtypes.bfloat16).astype(np.float64).mean(axis=(1, 2), keepdims=True)
+    np.testing.assert_allclose(y, exact, rtol=2.0 ** -8 + 1e-5, atol=0)  # bf16: unit roundoff 2^-8
+
+
 @pytest.mark.parametrize("shape", [(1, 112, 112, 32), (2, 30, 30, 200)])
 def test_the_result_does_not_depend_on_the_threads(shape):
     """Partial sums of pieces are added in a fixed order: one thread and two give the same bits."""

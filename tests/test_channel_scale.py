@@ -1,4 +1,4 @@
-"""channel_scale: on ort-cpu (fp32) the squeeze-excite Mul of a channels-last region, X [N, H, W, C] times
+"""channel_scale: on ort-cpu (fp32, bf16) the squeeze-excite Mul of a channels-last region, X [N, H, W, C] times
 S [N or 1, 1, 1, C], becomes epifuse::ChannelScale with the same result; other targets and precisions keep
 (or get back) the Mul. The op itself is checked exactly against numpy, on both vector ISAs."""
 import numpy as np
@@ -48,6 +48,38 @@ def test_the_op_scales_exactly(isa, x_shape, s_shape, monkeypatch):
     np.testing.assert_array_equal(y, x * s)
 
 
+def _bf16_scale_model(x_shape, s_shape):
+    """The op on bfloat16 data, fed and read as float through Casts (numpy has no bfloat16 for ORT)."""
+    nodes = [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+             helper.make_node("Cast", ["s"], ["sb"], to=TensorProto.BFLOAT16),
+             helper.make_node(OP_TYPE, ["xb", "sb"], ["yb"], domain="epifuse"),
+             helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "scale", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape)),
+                                               helper.make_tensor_value_info("s", TensorProto.FLOAT, list(s_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x_shape))])
+    return helper.make_model(graph, ir_version=9,
+                             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize("x_shape,s_shape", [((2, 5, 7, 19), (2, 1, 1, 19)), ((1, 112, 112, 32), (1, 1, 1, 32)),
+                                             ((1, 3, 3, 48), (1, 1, 1, 48)), ((1, 0, 5, 8), (1, 1, 1, 8))])
+def test_the_op_scales_bf16_rounding_each_product_once(isa, x_shape, s_shape, monkeypatch):
+    """bfloat16 X and S: each product in fp32, rounded to nearest even once, as numpy computes it; NaN and
+    infinity as IEEE has them."""
+    import ml_dtypes
+
+    monkeypatch.setenv("EPIFUSE_CPU_ISA", isa)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    s = rng.standard_normal(s_shape).astype(np.float32)
+    if x.size:
+        x.flat[0], x.flat[-1] = np.nan, np.inf
+    bf16 = lambda a: a.astype(ml_dtypes.bfloat16).astype(np.float32)  # noqa: E731
+    expected = bf16(bf16(x) * bf16(s))
+    np.testing.assert_array_equal(_run(_bf16_scale_model(x_shape, s_shape), x, s), expected)
+
+
 def test_a_scale_of_the_wrong_shape_is_an_error_naming_the_node():
     model = _scale_model((2, 4, 4, 8), (2, 1, 1, 7), name="bad_scale")
     with pytest.raises(Exception, match=r"epifuse::ChannelScale node 'bad_scale'.*\[2, 1, 1, 7\]"):
@@ -60,6 +92,18 @@ def test_squeeze_excite_scales_become_the_op_with_the_same_result(build):
     optimized, report = optimize_model(original, target="ort-cpu", policy=FusionPolicy(mode="always"))
     assert report.canonicalized[REWRITE] > 0 and OP_TYPE in ops(optimized) and "Mul" not in ops(optimized)
     assert verify(original, optimized)["passed"]
+
+
+def test_a_bf16_model_on_the_cpu_scales_its_bf16_data_in_place():
+    """--precision bf16 on ort-cpu: the scale reads the bf16 FusedConv outputs as they are, no Casts
+    between them, and the model computes the original within bf16's rounding."""
+    original = onnx.shape_inference.infer_shapes(zoo.efficientnet_tiny())
+    optimized, report = optimize_model(original, target="ort-cpu", precision="bf16",
+                                       policy=FusionPolicy(mode="always"))
+    producers = {o: n.op_type for n in optimized.graph.node for o in n.output}
+    scales = [n for n in optimized.graph.node if n.op_type == OP_TYPE]
+    assert scales and all(producers[i] == "FusedConv" for n in scales for i in n.input)
+    assert verify(original, optimized, precision="bf16")["passed"]
 
 
 @pytest.mark.parametrize("target,precision", [("ort-cuda", "fp32"), ("ort-cpu", "fp16"), ("tensorrt", "fp32")])

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "bf16_vectors.h"
 #include "cpu_isa.h"
+#include "float_types.h"
 #include "simd_math.h"
 
 namespace epifuse {
@@ -112,32 +115,63 @@ EPIFUSE_AVX2 void sum_rows_avx2(const float* x, float* sums, int64_t rows, int64
   }
 }
 
-void sum_rows_plain(const float* x, float* sums, int64_t rows, int64_t C) {
+template <class T>
+void sum_rows_plain(const T* x, float* sums, int64_t rows, int64_t C) {
   std::fill(sums, sums + C, 0.f);
   for (int64_t r = 0; r < rows; ++r, x += C)
-    for (int64_t c = 0; c < C; ++c) sums[c] += x[c];
+    for (int64_t c = 0; c < C; ++c) sums[c] += to_float(x[c]);
 }
 
-}  // namespace
+// bfloat16 rows, widened to fp32 as they are loaded and summed in fp32, four rows at a time into L1 sums.
+EPIFUSE_AVX512 void sum_rows_bf16_avx512(const bfloat16_t* x, float* sums, int64_t rows, int64_t C) {
+  const int64_t full = C / 16 * 16;
+  std::fill(sums, sums + C, 0.f);
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4, x += 4 * C) {
+    for (int64_t c = 0; c < full; c += 16) {
+      const __m512 a = _mm512_add_ps(load_bf16x16(x + c), load_bf16x16(x + C + c));
+      const __m512 b = _mm512_add_ps(load_bf16x16(x + 2 * C + c), load_bf16x16(x + 3 * C + c));
+      _mm512_storeu_ps(sums + c, _mm512_add_ps(_mm512_loadu_ps(sums + c), _mm512_add_ps(a, b)));
+    }
+    for (int64_t c = full; c < C; ++c)
+      sums[c] += (to_float(x[c]) + to_float(x[C + c])) + (to_float(x[2 * C + c]) + to_float(x[3 * C + c]));
+  }
+  for (; r < rows; ++r, x += C) {
+    for (int64_t c = 0; c < full; c += 16)
+      _mm512_storeu_ps(sums + c, _mm512_add_ps(_mm512_loadu_ps(sums + c), load_bf16x16(x + c)));
+    for (int64_t c = full; c < C; ++c) sums[c] += to_float(x[c]);
+  }
+}
 
-Status channel_mean_cpu(const float* x, float* y, int64_t N, int64_t pixels, int64_t C, const ParallelFor& parallel) {
+using SumFn = void (*)(const float*, float*, int64_t, int64_t);
+using SumBf16Fn = void (*)(const bfloat16_t*, float*, int64_t, int64_t);
+
+SumFn sum_fn_for(const float*) {
+  const VectorIsa isa = best_vector_isa();
+  return isa == VectorIsa::kAvx512 ? sum_rows_avx512 : isa == VectorIsa::kAvx2 ? sum_rows_avx2
+                                                                                : sum_rows_plain<float>;
+}
+
+SumBf16Fn sum_fn_for(const bfloat16_t*) {
+  return best_vector_isa() == VectorIsa::kAvx512 ? sum_rows_bf16_avx512 : sum_rows_plain<bfloat16_t>;
+}
+
+template <class T>
+Status mean_of(const T* x, T* y, int64_t N, int64_t pixels, int64_t C, const ParallelFor& parallel) {
   if (N < 0 || pixels < 0 || C < 0) return Status::Error("negative dimension");
   if (N == 0 || C == 0) return Status::Ok();
   if (pixels == 0) {  // the mean of nothing, as ReduceMean gives it: 0/0
-    std::fill(y, y + N * C, std::numeric_limits<float>::quiet_NaN());
+    std::fill(y, y + N * C, from_float<T>(std::numeric_limits<float>::quiet_NaN()));
     return Status::Ok();
   }
-  const VectorIsa isa = best_vector_isa();
-  const auto sum_fn = isa == VectorIsa::kAvx512 ? sum_rows_avx512
-                      : isa == VectorIsa::kAvx2  ? sum_rows_avx2
-                                                 : sum_rows_plain;
+  const auto sum_fn = sum_fn_for(x);
   const float scale = 1.f / static_cast<float>(pixels);
   const int64_t per_piece = std::max<int64_t>(1, kPieceFloats / C);
   const int64_t pieces = (pixels + per_piece - 1) / per_piece;
-  std::vector<float> partial;
+  std::vector<float> partial, narrow(std::is_same_v<T, float> ? 0 : static_cast<size_t>(C));
   for (int64_t n = 0; n < N; ++n) {
-    const float* image = x + n * pixels * C;
-    float* mean = y + n * C;
+    const T* image = x + n * pixels * C;
+    float* mean = narrow.empty() ? reinterpret_cast<float*>(y + n * C) : narrow.data();  // fp32 sums
     if (pixels * C < kMinFloatsToSplit || pieces < 2) {
       sum_fn(image, mean, pixels, C);
     } else {
@@ -151,8 +185,21 @@ Status channel_mean_cpu(const float* x, float* y, int64_t N, int64_t pixels, int
         for (int64_t c = 0; c < C; ++c) mean[c] += partial[i * C + c];
     }
     for (int64_t c = 0; c < C; ++c) mean[c] *= scale;
+    if (!narrow.empty())
+      for (int64_t c = 0; c < C; ++c) y[n * C + c] = from_float<T>(mean[c]);
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status channel_mean_cpu(const float* x, float* y, int64_t N, int64_t pixels, int64_t C, const ParallelFor& parallel) {
+  return mean_of(x, y, N, pixels, C, parallel);
+}
+
+Status channel_mean_cpu(const bfloat16_t* x, bfloat16_t* y, int64_t N, int64_t pixels, int64_t C,
+                        const ParallelFor& parallel) {
+  return mean_of(x, y, N, pixels, C, parallel);
 }
 
 }  // namespace epifuse

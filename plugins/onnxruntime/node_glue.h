@@ -12,6 +12,7 @@
 #include <string>
 
 #include "conv_problem.h"
+#include "float_types.h"
 #include "parallel.h"
 #include "status.h"
 
@@ -24,6 +25,10 @@ using Ort::Custom::Tensor;
 template <class T> constexpr DType kDType = DType::kFloat;
 template <> constexpr DType kDType<Ort::Float16_t> = DType::kFloat16;
 template <> constexpr DType kDType<Ort::BFloat16_t> = DType::kBFloat16;
+// The core's element type for ORT's: the same bits (the 16-bit types are a uint16_t each).
+template <class T> struct CoreType { using type = T; };
+template <> struct CoreType<Ort::Float16_t> { using type = epifuse::float16_t; };
+template <> struct CoreType<Ort::BFloat16_t> { using type = epifuse::bfloat16_t; };
 
 // ORT reports a missing attribute and a mistyped one with the same error code; only the message
 // tells them apart. Missing takes the contract default; mistyped must fail, never fall back.
