@@ -667,16 +667,17 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = nearest_upsample(graph, report, target)
         with _timed(report, "scaled_residual", progress, free_memory):
             graph = scaled_residual(graph, report, target)
+        # the library's CPU ops before precision, which makes them bf16 where their kernels have it
+        with _timed(report, "channel_scale", progress, free_memory):
+            graph = channel_scale(graph, report, target, precision)
+        with _timed(report, "channel_mean", progress, free_memory):
+            graph = channel_mean(graph, report, target, precision)
+        with _timed(report, "layer_norm", progress, free_memory):
+            graph = layer_norm(graph, report, target, precision)
         with _timed(report, "precision", progress, free_memory):  # after layout: Casts only where regions end
             graph = convert_precision(graph, report, precision, target)
         with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data
             graph = input_layout(graph, report, target)
-        with _timed(report, "channel_scale", progress, free_memory):  # after precision: float Muls only
-            graph = channel_scale(graph, report, target, precision)
-        with _timed(report, "channel_mean", progress, free_memory):  # after precision: float pools only
-            graph = channel_mean(graph, report, target, precision)
-        with _timed(report, "layer_norm", progress, free_memory):  # after precision: float norms only
-            graph = layer_norm(graph, report, target, precision)
     with _timed(report, "cleanup", progress, free_memory):
         out = cleanup(graph, report, template, defaults, input_structure)
     report.nodes_after = len(out.structure.graph.node)

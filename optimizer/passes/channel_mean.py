@@ -7,7 +7,8 @@ model's NCHW GlobalAveragePool; written as a GEMV (Reshape, MatMul by a row of 1
 it 3-8x faster than that, but the three nodes still cost EfficientNet-B0 more than its NCHW pools did.
 The library's kernel (plugins/core/channel_mean.cc) sums rows of channel vectors in registers, pieces of
 rows on the intra-op threads and their partial sums added in a fixed order (`python bench/cpu_layout.py`
-has the table). Float only; for any other target or precision the op goes back to a ReduceMean.
+has the table). On ort-cpu in fp32 and bf16 (the kernel has both: the precision pass makes the op bf16
+where its data is); for any other target or precision the op goes back to a ReduceMean.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def as_reduce_mean(graph: gs.Graph, node: gs.Node) -> None:
 
 
 def channel_mean(graph: gs.Graph, report: Report, target: str, precision: str) -> gs.Graph:
-    if target != "ort-cpu" or precision != "fp32":
+    if target != "ort-cpu" or precision not in ("fp32", "bf16"):
         for node in graph.nodes:  # a model optimized for ort-cpu before: the op is that library's alone
             if node.op == OP_TYPE and node.domain == contract.DOMAIN:
                 as_reduce_mean(graph, node)

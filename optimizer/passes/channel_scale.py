@@ -7,7 +7,8 @@ same product ([1, C, H, W] x [1, C, 1, 1]) takes 47 and 30; the library's kernel
 (plugins/core/channel_scale.cc) streams each row against the scale vector in registers: 57 and 36 µs,
 1.1-3.4x ORT's Mul on EfficientNet-B0's and MobileNetV3-Large's squeeze-excite shapes, bit-exact
 (`python bench/cpu_layout.py`); EfficientNet-B0 fused throughout 1.04x (two threads) and 1.02x (one) with it.
-Float only; for any other target or precision the op goes back to a Mul.
+On ort-cpu in fp32 and bf16 (the kernel has both: the precision pass makes the op bf16 where its data
+is); for any other target or precision the op goes back to a Mul.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _operands(node: gs.Node, types: dict) -> tuple[gs.Tensor, gs.Tensor] | None:
 
 
 def channel_scale(graph: gs.Graph, report: Report, target: str, precision: str) -> gs.Graph:
-    if target != "ort-cpu" or precision != "fp32":
+    if target != "ort-cpu" or precision not in ("fp32", "bf16"):
         for node in graph.nodes:  # a model optimized for ort-cpu before: the op is that library's alone
             if node.op == OP_TYPE and node.domain == contract.DOMAIN:
                 node.op, node.domain, node.attrs = "Mul", "", {}

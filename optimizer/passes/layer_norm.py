@@ -6,8 +6,9 @@ on two Zen 4 threads and 185 on one. The library's kernel (plugins/core/layer_no
 three passes while it sits in L1 (the mean, the centred squares, the normalized values): 47 and 75 µs,
 1.4-3.7x ORT's on ConvNeXt-T's shapes, relative L2 difference ~4e-8 (`python bench/cpu_layout.py`);
 ConvNeXt-T fused throughout 1.02-1.03x faster with it. Rows of fewer than MIN_CHANNELS values stay ORT's
-(a 4x16 norm is a few µs either way and read 0.91-1.03x). Float only; for any other target or precision
-the op goes back to a LayerNormalization.
+(a 4x16 norm is a few µs either way and read 0.91-1.03x). On ort-cpu in fp32, and in bf16, where it stays
+float32 between Casts as ORT's would (the CPU EP has no bfloat16 LayerNormalization); for any other target
+or precision the op goes back to a LayerNormalization.
 
 An X that an Add writes stays ORT's too: ORT fuses Add + LayerNormalization into one
 SkipLayerNormalization where it can, which this op would break.
@@ -55,7 +56,7 @@ def _last_axis_norm(node: gs.Node, types: dict, graph_outputs: set[str]) -> bool
 
 
 def layer_norm(graph: gs.Graph, report: Report, target: str, precision: str) -> gs.Graph:
-    if target != "ort-cpu" or precision != "fp32":
+    if target != "ort-cpu" or precision not in ("fp32", "bf16"):
         for node in graph.nodes:  # a model optimized for ort-cpu before: the op is that library's alone
             if node.op == OP_TYPE and node.domain == contract.DOMAIN:
                 epsilon = float(node.attrs.get("epsilon", DEFAULT_EPSILON))

@@ -69,9 +69,15 @@ def _admitted(op: str, opset: int, precision: str, n_inputs: int) -> tuple[bool,
     return True, frozenset(refused)
 
 
+# the library's CPU ops with bfloat16 kernels, which follow their data as move ops do (`_follow_producers`)
+_CPU_BF16_LIBRARY_OPS = {"ChannelScale", "ChannelMean"}
+
+
 def _runs_low(node: gs.Node, target: str, precision: str, opset: int) -> bool:
     if node.op == contract.OP_TYPE and node.domain == contract.DOMAIN:
         return True
+    if node.domain == contract.DOMAIN and target == "ort-cpu" and precision == "bf16":
+        return node.op in _CPU_BF16_LIBRARY_OPS
     if node.domain not in (None, "", "ai.onnx"):
         return False
     if target == "ort-cpu":
@@ -81,18 +87,21 @@ def _runs_low(node: gs.Node, target: str, precision: str, opset: int) -> bool:
 
 
 def _follow_producers(graph: gs.Graph, low_nodes: set[int]) -> set[int]:
-    """On the CPU EP bfloat16 only moves data: a move op runs low where its float data comes from
-    low-precision nodes (a Transpose or Concat of FusedConv outputs), else it stays float32 (a Flatten
-    between a pool and a Gemm, which would otherwise get two Casts and a rounding for nothing). `graph`
-    in topological order."""
+    """On the CPU EP bfloat16 only moves data, and the library's channel scale and mean have bf16 kernels:
+    such an op runs low where its float data comes from low-precision nodes (a Transpose or Concat of
+    FusedConv outputs, the scale of a FusedConv's output), else it stays float32 (a Flatten between a pool
+    and a Gemm, which would otherwise get two Casts and a rounding for nothing). Of a channel scale only X
+    counts: its small S is cast where it differs. `graph` in topological order."""
     kept = set()
     for node in graph.nodes:
         if id(node) not in low_nodes:
             continue
-        if node.op not in _MOVE or node.domain not in (None, "", "ai.onnx"):
+        library_op = node.domain == contract.DOMAIN and node.op in _CPU_BF16_LIBRARY_OPS
+        if not library_op and (node.op not in _MOVE or node.domain not in (None, "", "ai.onnx")):
             kept.add(id(node))
             continue
-        data = [t for t in node.inputs if t.name and not isinstance(t, gs.Constant) and _is_float32(t)]
+        inputs = node.inputs[:1] if library_op else node.inputs
+        data = [t for t in inputs if t.name and not isinstance(t, gs.Constant) and _is_float32(t)]
         if data and all(t.inputs and id(t.inputs[0]) in kept for t in data):
             kept.add(id(node))
     return kept
