@@ -5,13 +5,14 @@ with its interquartile range, how many candidates fused, and the optimizer's tim
 included, with an empty costs cache).
 
     python bench/cpu_models.py [--models-dir DIR] [--zoo] [--rounds 30] [--markdown FILE] [--also-always]
-                               [--one-thread] [--profile]
+                               [--one-thread] [--profile] [--precision bf16]
 
 DIR holds .onnx files (bench/export_models.py writes torchvision/timm/ultralytics exports there).
 --also-always: also the model with every candidate fused (--fuse always). --one-thread: also the optimized
 model against the original on one intra-op thread (the whole-model check's second run). --profile: also
 where the time goes, per op type (`epifuse compare --by-op`), in the original and in the model with every
-candidate fused.
+candidate fused. --precision bf16: optimized in bfloat16 (against the float32 original), with each model's
+relative L2 error against the original (`epifuse optimize --verify`'s check) in a column of its own.
 """
 from __future__ import annotations
 
@@ -28,20 +29,24 @@ import onnxruntime as ort
 from models import zoo
 from optimizer import __version__, registry
 from optimizer.compare import compare, compare_by_op
+from optimizer.errors import EpifuseError
 from optimizer.measure import _cpu_name
 from optimizer.passes.load import load_model
 from optimizer.pipeline import FusionPolicy, optimize_file
+from optimizer.verify import verify
 
 
 def _times(speedup: float) -> str:
     return "-" if speedup != speedup else f"{speedup:.3f}x"  # NaN: not run
 
 
-def row(name: str, path: Path, work: Path, rounds: int, also_always: bool, one_thread: bool) -> dict:
+def row(name: str, path: Path, work: Path, rounds: int, also_always: bool, one_thread: bool,
+        precision: str = "fp32") -> dict:
     out = work / f"{name.replace('/', '_')}.epifuse.onnx"
     cache = work / f"{name.replace('/', '_')}.costs.json"  # empty: the optimizer's time includes measuring
     start = time.perf_counter()
-    report = optimize_file(str(path), str(out), policy=FusionPolicy(mode="auto", cache_path=str(cache)))
+    report = optimize_file(str(path), str(out), precision=precision,
+                           policy=FusionPolicy(mode="auto", cache_path=str(cache)))
     seconds = time.perf_counter() - start
     result = compare(load_model(str(path)), load_model(str(out)), backend="ort-cpu", rounds=rounds)
     fused = sum(d.fused for d in report.decisions)
@@ -52,12 +57,13 @@ def row(name: str, path: Path, work: Path, rounds: int, also_always: bool, one_t
     always = float("nan")
     if also_always:  # every candidate fused: the CPU kernel against ORT's convolutions, layer for layer
         out_always = work / f"{name.replace('/', '_')}.always.onnx"
-        optimize_file(str(path), str(out_always), policy=FusionPolicy(mode="always"))
+        optimize_file(str(path), str(out_always), precision=precision, policy=FusionPolicy(mode="always"))
         always = compare(load_model(str(path)), load_model(str(out_always)), backend="ort-cpu", rounds=rounds)["speedup"]
     return {"always": always, "one thread": single, "model": name, "ort ms": result["original_ms"], "epifuse ms": result["optimized_ms"],
             "speed-up": result["speedup"], "q1": result["speedup_q1"], "q3": result["speedup_q3"],
             "fused": f"{fused}/{len(report.decisions)}", "optimize s": seconds,
-            "measure s": report.pass_seconds.get("measure", 0.0)}
+            "measure s": report.pass_seconds.get("measure", 0.0),
+            "rel L2": verify(str(path), str(out), precision=precision)["worst_rel_l2"] if precision != "fp32" else None}
 
 
 def print_profile(name: str, original: Path, fused: Path) -> None:
@@ -78,6 +84,8 @@ def main() -> int:
     ap.add_argument("--one-thread", action="store_true", help="also the speed-up on one intra-op thread")
     ap.add_argument("--markdown")
     ap.add_argument("--profile", action="store_true", help="also the time per op type in both models")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="the optimized models' precision (the originals run float32)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="epifuse-cpu-bench-"))
     paths = sorted(Path(args.models_dir).glob("*.onnx")) if args.models_dir else []
@@ -89,7 +97,12 @@ def main() -> int:
             named.append((f"zoo/{name}", path))
     rows = []
     for name, path in named:
-        rows.append(row(name, path, work, args.rounds, args.also_always or args.profile, args.one_thread))
+        try:
+            rows.append(row(name, path, work, args.rounds, args.also_always or args.profile, args.one_thread,
+                            args.precision))
+        except EpifuseError as e:  # a model this precision cannot take (bf16 below opset 13): said, not fatal
+            print(f"{name}: skipped: {e}", flush=True)
+            continue
         r = rows[-1]
         print(f"{name}: {r['speed-up']:.3f}x ({r['q1']:.3f}-{r['q3']:.3f}), fused {r['fused']}, "
               f"optimize {r['optimize s']:.1f} s; one thread {_times(r['one thread'])}; "
@@ -98,11 +111,15 @@ def main() -> int:
             print_profile(name, path, work / f"{name.replace('/', '_')}.always.onnx")
     header = (f"{_cpu_name()}, {len(os.sched_getaffinity(0))} threads, onnxruntime {ort.__version__}, epifuse "
               f"{__version__} ({registry.onednn_version() or 'no oneDNN'}), Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    low = args.precision != "fp32"
+    header += f", optimized in {args.precision}" if low else ""
     lines = [header, "", "| model | ORT ms | epifuse ms | speed-up | interquartile | fused | optimize s (measuring) | "
-             "one thread | fuse=always |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "one thread | fuse=always |" + (" rel L2 |" if low else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if low else "")]
     lines += [f"| {r['model']} | {r['ort ms']:.2f} | {r['epifuse ms']:.2f} | {r['speed-up']:.3f}x | "
               f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['optimize s']:.1f} ({r['measure s']:.1f}) | "
-              f"{_times(r['one thread'])} | {_times(r['always'])} |" for r in rows]
+              f"{_times(r['one thread'])} | {_times(r['always'])} |" + (f" {r['rel L2']:.1e} |" if low else "")
+              for r in rows]
     print("\n".join(lines))
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")
