@@ -1,7 +1,8 @@
 """The optimizer pipeline: load → canonicalize → shape arithmetic to constants → zero Pads into Conv pads
 (ort-cpu) → fold BN → fold per-channel affines → activation ops (ort-cpu) → fuse → small pools as convs,
-fused → layout → unfolded BNs back to BatchNormalization (fp32) → NHWC pools → precision → input layout
-(ORT) → cleanup → whole-model check (where fusions were measured here) → save."""
+fused → layout → unfolded BNs back to BatchNormalization (fp32) → NHWC pools → the library's CPU scale, mean
+and norm ops (ort-cpu) → precision → input layout (ORT) → cleanup → whole-model check (where fusions were
+measured here) → save."""
 from __future__ import annotations
 
 import gc
