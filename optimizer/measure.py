@@ -523,6 +523,29 @@ def _reordered_tensors(model: bytes, folder: str, ort, session_options) -> tuple
     return into, out_of
 
 
+def _cpu_flags() -> set[str] | None:
+    """The CPU's feature flags from /proc/cpuinfo, or None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def cpu_bf16_unavailable() -> str | None:
+    """Why bf16 candidates are not timed on this CPU, or None. oneDNN computes bfloat16 convolutions at speed
+    with AVX512-BF16 or AMX; without them a bf16 FusedConv runs emulated or on the library's reference
+    kernel, far slower than ORT's float32 conv, and timing each candidate would only spend the measuring
+    budget to find that. Where the flags cannot be read, the measurements decide."""
+    flags = _cpu_flags()
+    if flags is None or flags & {"avx512_bf16", "amx_bf16"}:
+        return None
+    return "this CPU has neither AVX512-BF16 nor AMX, so bfloat16 convolutions run emulated here"
+
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:

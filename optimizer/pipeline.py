@@ -138,7 +138,8 @@ def _timer_for(target: str, precision: str, threads: int | None = None):
     from . import measure  # noqa: PLC0415 (onnxruntime and the native library load on first use)
 
     if target == "ort-cpu":
-        return measure.OrtCpuTimer(threads), ""
+        why = measure.cpu_bf16_unavailable() if precision == "bf16" else None
+        return (None, why) if why else (measure.OrtCpuTimer(threads), "")
     if target == "ort-cuda":
         why = measure.cuda_measuring_unavailable()
         return (None, why) if why else (measure.OrtCudaTimer(), "")

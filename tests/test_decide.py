@@ -1178,12 +1178,14 @@ def test_a_near_miss_variants_one_thread_reading_near_the_floor_is_read_again(re
     assert any("against it, both readings, batch 1, 1 thread" in note for note in report.notes)
 
 
-def test_bf16_on_the_cpu_is_measured_against_the_float32_convs(tmp_path):
+def test_bf16_on_the_cpu_is_measured_against_the_float32_convs(tmp_path, monkeypatch):
     """ONNX Runtime's CPU EP has no bfloat16 Conv: the candidates are timed against the float32 nodes the
     precision pass leaves there (tests/test_measure.py has the micro-models), each decision is measured,
     and whatever fuses computes the model within bf16's rounding."""
+    from optimizer import measure
     from optimizer.verify import verify
 
+    monkeypatch.setattr(measure, "cpu_bf16_unavailable", lambda: None)  # measured on any CPU (emulated or not)
     model, (a, b) = _chain(2)
     policy = FusionPolicy(mode="auto", cache_path=str(tmp_path / "cache.json"), model_check=False)
     optimized, report = optimize_model(model, target="ort-cpu", precision="bf16", policy=policy)
@@ -1191,3 +1193,19 @@ def test_bf16_on_the_cpu_is_measured_against_the_float32_convs(tmp_path):
     assert {d.node for d in report.decisions} == {a, b}
     assert all(d.source.startswith("measured") and d.ours_us and d.runtime_us for d in report.decisions)
     assert verify(model, optimized, precision="bf16")["worst_rel_l2"] <= 5e-2
+
+
+def test_bf16_on_a_cpu_without_native_bf16_is_not_measured_and_says_why(tmp_path, monkeypatch):
+    """Without AVX512-BF16 or AMX the bf16 FusedConv runs emulated, far slower than ORT's fp32 conv: no
+    candidate is timed (each would spend the budget to find that), the report says why, and the static
+    policy leaves every conv to ORT."""
+    from optimizer import measure
+
+    monkeypatch.setattr(measure, "_cpu_flags", lambda: {"avx2", "fma", "avx512f"})
+    model, (a, b) = _chain(2)
+    policy = FusionPolicy(mode="auto", cache_path=str(tmp_path / "cache.json"))
+    _, report = optimize_model(model, target="ort-cpu", precision="bf16", policy=policy)
+    assert "neither AVX512-BF16 nor AMX" in report.costs
+    assert _fused_convs(report) == [] and all(d.reason.startswith("static: ") for d in report.decisions)
+    monkeypatch.setattr(measure, "_cpu_flags", lambda: {"avx512f", "amx_bf16"})
+    assert measure.cpu_bf16_unavailable() is None
