@@ -1,9 +1,12 @@
 """The CPU FusedConv's depthwise kernel (fp32, one channel a group; AVX-512 and AVX2, each where the CPU
-has it), through the core C ABI and through ONNX Runtime, against a float64 numpy reference: every
+has it; bf16 on AVX-512 with BW), through the core C ABI and through ONNX Runtime, against a float64 numpy
+reference: every
 activation and residual mode, every filter width and stride it unrolls and others it runs a column at
 a time, maps narrower than a block of columns, padding wider than the filter, channel counts that leave
 partial vectors, batches; and where it does not apply, the problem goes to the other kernels."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import onnxruntime as ort
@@ -141,3 +144,33 @@ def test_zoo_models_verify_on_each_kernel(name, kernel, monkeypatch):
     assert not any(n.op_type == "Conv" for n in optimized.graph.node)
     result = verify(original, optimized, precision="fp32")
     assert result["passed"] and result["worst_rel_l2"] <= TOL, result
+
+
+BF16_SHAPES = {  # (N, H, W, C, R, S), strides, pads
+    "3x3_s1_partial_vector": ((1, 13, 21, 40, 3, 3), (1, 1), (1, 1, 1, 1)),
+    "5x5_s2": ((2, 15, 15, 72, 5, 5), (2, 2), (2, 2, 2, 2)),
+    "3x5_a_column_at_a_time": ((1, 9, 20, 24, 3, 5), (1, 1), (1, 2, 1, 2)),
+}
+
+
+@pytest.mark.skipif(not {"avx512f", "avx512bw", "avx512vl"} <= cpu_flags(), reason="bf16 needs AVX-512 with BW and VL")
+@pytest.mark.parametrize("residual", ["none", "pre", "post"])
+@pytest.mark.parametrize("name", sorted(BF16_SHAPES))
+def test_bf16_widened_computed_in_fp32_and_rounded_once(name, residual, monkeypatch):
+    """bfloat16 tensors: the kernel reads them widened (masked 16-bit loads for the partial vectors), keeps
+    fp32 filters and sums, and rounds each output once, so it is within bf16's unit roundoff (2^-8) of the
+    float64 result on the same bf16 values; and it is this kernel that runs them, not oneDNN's."""
+    import ml_dtypes
+
+    monkeypatch.delenv("EPIFUSE_CPU_ISA", raising=False)
+    (n, h, w, c, r, s), strides, pads = BF16_SHAPES[name]
+    shape = (n, h, w, c, c, r, s)
+    attrs = dict(strides=strides, pads=pads, group=c, activation="silu", residual=residual)
+    x, wt, b, z = (None if a is None else a.astype(ml_dtypes.bfloat16) for a in conv_inputs(np.float32, shape, **attrs))
+    desc = dataclasses.replace(_desc(shape, **attrs), dtype=registry.BFLOAT16)
+    assert registry.cpu_kernel_name(desc, "depthwise") == "depthwise direct avx512"
+    y = registry.cpu_fused_conv(x, wt, b, z, kernel="depthwise", **attrs)
+    ref = _reference(x, wt, b, z, **attrs)
+    assert y.dtype == ml_dtypes.bfloat16 and rel_l2(y.astype(np.float64), ref) <= 2.0 ** -8
+    onednn = registry.cpu_fused_conv(x, wt, b, z, kernel="onednn", **attrs)
+    assert rel_l2(onednn.astype(np.float64), ref) <= 2.0 ** -7  # the same problem on oneDNN's kernel

@@ -16,8 +16,11 @@ constexpr const char* kOnednnChoice = "onednn";
 // Everything the kernels' speeds depend on.
 std::vector<int64_t> shape_key(const ConvProblem& p) {
   const ConvAttributes& a = p.attr;
-  return {p.N, p.H, p.W, p.C, p.K, p.R, p.S, a.stride_h, a.stride_w, a.group, a.pad_top, a.pad_left,
-          a.pad_bottom, a.pad_right, static_cast<int64_t>(a.activation.kind), static_cast<int64_t>(a.residual)};
+  std::vector<int64_t> key = {p.N, p.H, p.W, p.C, p.K, p.R, p.S, a.stride_h, a.stride_w, a.group, a.pad_top,
+                              a.pad_left, a.pad_bottom, a.pad_right, static_cast<int64_t>(a.activation.kind),
+                              static_cast<int64_t>(a.residual)};
+  if (p.dtype != DType::kFloat) key.push_back(100 + static_cast<int64_t>(p.dtype));  // fp32 keys as they were
+  return key;
 }
 
 // This machine in the tuning cache: its CPU's model name and thread count.
@@ -159,9 +162,7 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
     DirectConv* direct = nullptr;
     EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for, &direct));
     if (direct != nullptr) {
-      return direct->run(p, static_cast<const float*>(x), static_cast<const float*>(w), w_constant,
-                         static_cast<const float*>(b), static_cast<const float*>(z), static_cast<float*>(y),
-                         parallel_for);
+      return direct->run(p, x, w, w_constant, b, z, y, parallel_for);
     }
     bool refused = true;
     EPIFUSE_RETURN_IF_ERROR(onednn_.run(p, x, w, w_constant, b, z, y, parallel_for, &refused));

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "activation.h"
+#include "bf16_vectors.h"
+#include "float_types.h"
 #include "simd_math.h"
 
 namespace epifuse {
@@ -27,52 +29,93 @@ struct Geometry {
 
 namespace avx512 {
 using Vec = simd::Avx512;
+using Data = float;
 constexpr int kBlock = 8;  // output columns in registers: 8 accumulators + up to 7 taps + the input
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512
+EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const float* p) { return Vec::load_masked(m, p); }
+EPIFUSE_VECTOR_TARGET inline void store_data(float* p, Vec::Mask m, Vec::F v) { Vec::store_masked(p, m, v); }
 #include "vector_epilogue.inc"
 #include "depthwise_kernels.inc"
 #undef EPIFUSE_VECTOR_TARGET
 }  // namespace avx512
 
+// bfloat16 data (AVX512-BW for the masked 16-bit loads and stores), fp32 arithmetic.
+namespace avx512_bf16 {
+using Vec = simd::Avx512;
+using Data = bfloat16_t;
+constexpr int kBlock = 8;
+#define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512BW
+EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const bfloat16_t* p) { return load_bf16x16_masked(m, p); }
+EPIFUSE_VECTOR_TARGET inline void store_data(bfloat16_t* p, Vec::Mask m, Vec::F v) { store_bf16x16_masked(p, m, v); }
+#include "vector_epilogue.inc"
+#include "depthwise_kernels.inc"
+#undef EPIFUSE_VECTOR_TARGET
+}  // namespace avx512_bf16
+
 namespace avx2 {
 using Vec = simd::Avx2;
+using Data = float;
 constexpr int kBlock = 4;  // of 16 registers: 4 accumulators + up to 7 taps + the input
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX2
+EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const float* p) { return Vec::load_masked(m, p); }
+EPIFUSE_VECTOR_TARGET inline void store_data(float* p, Vec::Mask m, Vec::F v) { Vec::store_masked(p, m, v); }
 #include "vector_epilogue.inc"
 #include "depthwise_kernels.inc"
 #undef EPIFUSE_VECTOR_TARGET
 }  // namespace avx2
 
+bool cpu_has_avx512bw() {
+  static const bool yes = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+
 }  // namespace
 
 bool DepthwiseConv::supports(const ConvProblem& p) const {
   const ConvAttributes& a = p.attr;
-  return p.dtype == DType::kFloat && a.group == p.C && p.K == p.C && p.C > 0 && a.dil_h == 1 && a.dil_w == 1 &&
-         isa_ != VectorIsa::kNone;
+  const bool dtype = p.dtype == DType::kFloat ? isa_ != VectorIsa::kNone
+                     : p.dtype == DType::kBFloat16 && isa_ == VectorIsa::kAvx512 && cpu_has_avx512bw();
+  return dtype && a.group == p.C && p.K == p.C && p.C > 0 && a.dil_h == 1 && a.dil_w == 1;
 }
 
 std::string DepthwiseConv::name() const { return std::string("depthwise direct ") + isa_name(isa_); }
 
-Status DepthwiseConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
-                          const float* z, float* y, const ParallelFor& parallel_for) {
-  if (!supports(p)) return Status::Error("the depthwise kernel does not run this problem");
-  const Geometry g(p, simd::lanes_of(isa_));
+template <class T, class OutputRow>
+void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRow output_row, const void* x, const float* f,
+              const float* b, const void* z, void* y) {
   const int64_t rows = g.N * g.P;
-  if (rows == 0 || g.Q == 0) return Status::Ok();
-
-  const int64_t taps = g.R * g.S;
-  const auto filters = filters_.get(w, w_constant, taps * g.Cp, [&](float* f) {  // KRSC [C][R][S][1] to [R][S][Cp]
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t t = 0; t < taps; ++t) f[t * g.Cp + c] = w[c * taps + t];
-  });
-  const float* f = filters->data;
-  const auto output_row = isa_ == VectorIsa::kAvx512 ? avx512::output_row : avx2::output_row;
   const int64_t per_piece = std::max<int64_t>(1, rows / (hardware_threads() * kPiecesPerThread));
   const int64_t pieces = (rows + per_piece - 1) / per_piece;
   parallel_for(pieces, [&](int64_t i) {
     for (int64_t row = i * per_piece; row < std::min(rows, (i + 1) * per_piece); ++row)
-      output_row(g, x, f, b, z, row / g.P, row % g.P, y);
+      output_row(g, static_cast<const T*>(x), f, b, static_cast<const T*>(z), row / g.P, row % g.P, static_cast<T*>(y));
   });
+}
+
+Status DepthwiseConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+                          const void* z, void* y, const ParallelFor& parallel_for) {
+  if (!supports(p)) return Status::Error("the depthwise kernel does not run this problem");
+  const Geometry g(p, simd::lanes_of(isa_));
+  if (g.N * g.P == 0 || g.Q == 0) return Status::Ok();
+
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  const auto value = [bf16](const void* data, int64_t i) {
+    return bf16 ? to_float(static_cast<const bfloat16_t*>(data)[i]) : static_cast<const float*>(data)[i];
+  };
+  const int64_t taps = g.R * g.S;
+  const auto filters = filters_.get(w, w_constant, taps * g.Cp, [&](float* f) {  // KRSC [C][R][S][1] to [R][S][Cp]
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t t = 0; t < taps; ++t) f[t * g.Cp + c] = value(w, c * taps + t);
+  });
+  const float* f = filters->data;
+  if (bf16) {  // the bias in fp32, as the filters
+    std::vector<float> bias(static_cast<size_t>(g.C));
+    for (int64_t c = 0; c < g.C; ++c) bias[c] = value(b, c);
+    run_rows<bfloat16_t>(g, parallel_for, avx512_bf16::output_row, x, f, bias.data(), z, y);
+  } else {
+    run_rows<float>(g, parallel_for, isa_ == VectorIsa::kAvx512 ? avx512::output_row : avx2::output_row, x, f,
+                    static_cast<const float*>(b), z, y);
+  }
   return Status::Ok();
 }
 

@@ -1,5 +1,5 @@
-// CPU FusedConv for depthwise convolutions (one input and one output channel a group), fp32, on
-// AVX-512 or AVX2, NHWC: each output row's channel vectors accumulate the filter taps in registers,
+// CPU FusedConv for depthwise convolutions (one input and one output channel a group), fp32 on AVX-512
+// or AVX2, bf16 on AVX-512 with BW (widened as loaded, fp32 arithmetic, rounded once as stored), NHWC: each output row's channel vectors accumulate the filter taps in registers,
 // blocks of output columns sharing each input vector they read (a 3x3 stride-1 filter row: 10 loads
 // for 24 multiply-adds), and the residual and activation apply to a block while it is in registers.
 // Against oneDNN 3.2's brdgmm_dw (2 threads, Zen 4): ConvNeXt-T's 7x7 layers 1.05-1.34x, EfficientNet's
@@ -12,14 +12,14 @@ namespace epifuse {
 // Its prepared filters: [R * S][Cp] taps of constant filters, each row of channels padded to whole vectors.
 class DepthwiseConv final : public DirectConv {
  public:
-  // fp32, group == C == K, dilation 1, on a CPU with AVX-512F or AVX2 and FMA.
+  // group == C == K, dilation 1; fp32 on a CPU with AVX-512F or AVX2 and FMA, bf16 with AVX-512F, BW and VL.
   bool supports(const ConvProblem& p) const override;
 
   // "depthwise direct avx512" or "... avx2".
   std::string name() const override;
 
-  Status run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
-             const float* z, float* y, const ParallelFor& parallel_for) override;
+  Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+             const void* z, void* y, const ParallelFor& parallel_for) override;
 };
 
 }  // namespace epifuse

@@ -17,16 +17,16 @@ class DirectConv {
  public:
   virtual ~DirectConv() = default;
 
-  // Whether this kernel runs `p` on this CPU (fp32, and the kernel's own shapes).
+  // Whether this kernel runs `p` on this CPU (its dtypes, and the kernel's own shapes).
   virtual bool supports(const ConvProblem& p) const = 0;
 
   // The kernel and its ISA, e.g. "depthwise direct avx512".
   virtual std::string name() const = 0;
 
-  // As reference_fused_conv, for a problem `supports` accepts. `w_constant`: the filters are the
-  // same data on every call (an initializer), so their prepared copy is kept.
-  virtual Status run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
-                     const float* z, float* y, const ParallelFor& parallel_for) = 0;
+  // As reference_fused_conv, for a problem `supports` accepts: the tensors hold p.dtype's elements.
+  // `w_constant`: the filters are the same data on every call (an initializer), so their prepared copy is kept.
+  virtual Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+                     const void* z, void* y, const ParallelFor& parallel_for) = 0;
 
   // Drops the prepared copy of constant filters (a later run makes it again).
   void release_filters() { filters_.release(); }

@@ -49,8 +49,12 @@ bool GemvConv::supports(const ConvProblem& p) const {
 
 std::string GemvConv::name() const { return std::string("gemv direct ") + isa_name(isa_); }
 
-Status GemvConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
-                     const float* z, float* y, const ParallelFor& parallel_for) {
+Status GemvConv::run(const ConvProblem& p, const void* x_data, const void* w_data, bool w_constant,
+                     const void* b_data, const void* z_data, void* y_data, const ParallelFor& parallel_for) {
+  // fp32 only (supports)
+  const float *x = static_cast<const float*>(x_data), *w = static_cast<const float*>(w_data),
+              *b = static_cast<const float*>(b_data), *z = static_cast<const float*>(z_data);
+  float* y = static_cast<float*>(y_data);
   if (!supports(p)) return Status::Error("the gemv kernel does not run this problem");
   const int64_t lanes = simd::lanes_of(isa_), pixels = p.N * p.H * p.W;
   if (pixels == 0) return Status::Ok();

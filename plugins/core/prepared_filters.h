@@ -30,7 +30,7 @@ class PreparedFilters {
   // `prepare(aligned(storage, floats))` fills a new one (zeros where it writes nothing), kept where
   // `w_constant` (an initializer: the same data on every call).
   template <class Prepare>
-  std::shared_ptr<const Copy> get(const float* w, bool w_constant, int64_t floats, Prepare&& prepare) {
+  std::shared_ptr<const Copy> get(const void* w, bool w_constant, int64_t floats, Prepare&& prepare) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (w_constant && source_ == w && kept_) return kept_;
@@ -58,7 +58,7 @@ class PreparedFilters {
  private:
   std::mutex mutex_;
   std::shared_ptr<const Copy> kept_;
-  const float* source_ = nullptr;
+  const void* source_ = nullptr;
 };
 
 }  // namespace epifuse

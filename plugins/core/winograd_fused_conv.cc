@@ -123,8 +123,12 @@ bool WinogradConv::supports(const ConvProblem& p) const {
 
 std::string WinogradConv::name() const { return std::string("winograd F(2x2,3x3) ") + isa_name(isa_); }
 
-Status WinogradConv::run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
-                         const float* z, float* y, const ParallelFor& parallel_for) {
+Status WinogradConv::run(const ConvProblem& p, const void* x_data, const void* w_data, bool w_constant,
+                         const void* b_data, const void* z_data, void* y_data, const ParallelFor& parallel_for) {
+  // fp32 only (supports)
+  const float *x = static_cast<const float*>(x_data), *w = static_cast<const float*>(w_data),
+              *b = static_cast<const float*>(b_data), *z = static_cast<const float*>(z_data);
+  float* y = static_cast<float*>(y_data);
   if (!supports(p)) return Status::Error("the Winograd kernel does not run this problem");
   const Geometry g = geometry(p, isa_);
   if (g.tiles == 0) return Status::Ok();

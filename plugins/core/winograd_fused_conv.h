@@ -25,8 +25,8 @@ class WinogradConv final : public DirectConv {
   // "winograd F(2x2,3x3) avx512" or "... avx2".
   std::string name() const override;
 
-  Status run(const ConvProblem& p, const float* x, const float* w, bool w_constant, const float* b,
-             const float* z, float* y, const ParallelFor& parallel_for) override;
+  Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+             const void* z, void* y, const ParallelFor& parallel_for) override;
 };
 
 }  // namespace epifuse
