@@ -97,6 +97,24 @@ def test_bf16_on_the_cpu_moves_in_bf16_only_what_bf16_nodes_wrote():
     assert types["t"] == TensorProto.BFLOAT16 and types["r"] == TensorProto.FLOAT
 
 
+@pytest.mark.parametrize("target", ["ort-cpu", "ort-cuda"])
+def test_a_shape_of_low_precision_data_reads_it_without_a_cast(target):
+    """Shape reads only the dims, of any dtype: a Cast before it would copy the whole map to learn them."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Shape", ["r"], ["s"], name="shape"),
+             helper.make_node("Reshape", ["r", "s"], ["y"], name="reshape")]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    out = _convert(onnx.shape_inference.infer_shapes(m), "fp16", target)
+    producers = {o: n.op_type for n in out.graph.node for o in n.output}
+    shape = next(n for n in out.graph.node if n.op_type == "Shape")
+    assert producers[shape.input[0]] == "Relu"
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)}
+    assert rel_l2(run_ort(out, feeds)[0], run_ort(m, feeds)[0]) < 2e-3
+
+
 def test_cpu_target_keeps_ops_without_fp16_kernels_in_fp32():
     m = _chain(["Relu", "Mish", "Relu"], opset=18)  # the CPU EP has no float16 Mish
     out = _convert(m, "fp16", "ort-cpu")

@@ -36,6 +36,7 @@ _CPU_FP16 = _MOVE | {
 _GPU_EXCLUDED = {"Cast", "CastLike", "ConstantOfShape", "Shape", "Size", "Range", "RandomNormal", "RandomUniform",
                  "RandomNormalLike", "RandomUniformLike", "EyeLike", "NonZero", "TopK", "ArgMax", "ArgMin", "Loop",
                  "If", "Scan", "BatchNormalization", "InstanceNormalization"}
+_READS_DIMS_ONLY = {"Shape", "Size"}
 # inputs that must stay float32 whatever the data dtype (Resize's roi and scales)
 _FP32_INPUTS = {"Resize": {1, 2}}
 _TYPE_STRS = {"fp16": "tensor(float16)", "bf16": "tensor(bfloat16)"}
@@ -161,8 +162,11 @@ def precision(graph: gs.Graph, report: Report, precision: str, target: str) -> g
                 o.dtype = low
                 new_outputs.append(o)
         set_outputs(node, new_outputs)
-    # 2. every edge into an original node gets the dtype that node runs in
+    # 2. every edge into an original node gets the dtype that node runs in; Shape and Size read only the
+    # dims, of any dtype (a Cast there would copy a whole feature map to learn its shape)
     for node in original_nodes:
+        if node.op in _READS_DIMS_ONLY and node.domain in (None, "", "ai.onnx"):
+            continue
         wants_low = id(node) in low_nodes
         admitted = _admitted(node.op, graph.opset, precision, len(node.inputs)) \
             if node.domain in (None, "", "ai.onnx") else None
