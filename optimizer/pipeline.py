@@ -454,7 +454,7 @@ def _every_candidate_variant(check, original_model, optimized, target: str, prec
     return variant
 
 
-def _original_is_the_baseline(target: str, precision: str) -> bool:
+def original_is_the_baseline(target: str, precision: str) -> bool:
     """Whether the model as the runtime would run it without epifuse is the original itself: in fp32, and
     in bf16 on the CPU EP, where the precision pass makes nothing but the FusedConvs (and the data moved
     between them) bfloat16. Elsewhere it is the original converted to `precision`."""
@@ -466,7 +466,7 @@ def _unfused_or_original(unfused, slower_at, original_model, target: str, precis
     slower than it: those rewrites are each meant to be faster, but ONNX Runtime has its own ways
     (DenseNet-121's unfolded BatchNorms as Mul + Add read 0.87x on a CPU). Only where the original is
     the baseline: elsewhere the check's reference is `unfused` itself."""
-    if not _original_is_the_baseline(target, precision):
+    if not original_is_the_baseline(target, precision):
         return unfused
     verdict = slower_at(unfused, "the model with nothing fused")
     if not verdict:  # not slower, or the check could not run
@@ -503,7 +503,7 @@ def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.M
             conversion, a variant, the fallback), so no copy stays while sessions hold both models."""
             return load_model(original) if isinstance(original, str) else original
 
-        reference = original if _original_is_the_baseline(target, precision) else \
+        reference = original if original_is_the_baseline(target, precision) else \
             unfused_model(original_model(), target, precision)
         graph_of = load_model_split(original)[0] if isinstance(original, str) else original
         # (batch, threads, whether the model must gain there or only not lose: the extra thread count)

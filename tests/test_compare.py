@@ -203,3 +203,18 @@ def test_demo_prints_the_cpu_speedup_next_to_the_verify_line(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "verify on CPUExecutionProvider: PASS" in text
     assert "speed: ort-cpu, batch 1, fp32" in text and "speed-up" in text
+
+
+@pytest.mark.parametrize("target, precision, is_original", [("ort-cpu", "fp32", True), ("ort-cpu", "bf16", True),
+                                                          ("ort-cpu", "fp16", False), ("ort-cuda", "bf16", False)])
+def test_the_baseline_is_what_the_runtime_would_run(target, precision, is_original):
+    """The original where ORT would run it as it is (fp32; bf16 on the CPU EP, where nothing but the
+    FusedConvs is bf16, as the whole-model check has it), else the original converted to the precision
+    with nothing fused (its BatchNorms folded)."""
+    from optimizer.passes.load import validate
+
+    original = validate(zoo.build("resnet_tiny"))  # typed, as a loaded model is
+    reference = compare_module.baseline(original, target, precision)
+    assert (reference is original) == is_original
+    if not is_original:
+        assert "BatchNormalization" not in {n.op_type for n in reference.graph.node}
