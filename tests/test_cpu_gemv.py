@@ -1,9 +1,11 @@
 """The CPU FusedConv's gemv kernel (fp32 1x1 convs on up to four pixels, a squeeze-excite block's convs on
-its pooled vector; AVX-512 and AVX2, each where the CPU has it), through the core C ABI and through ONNX
+its pooled vector; AVX-512 and AVX2, each where the CPU has it; bf16 on AVX-512 with BW), through the core C ABI and through ONNX
 Runtime, against a float64 numpy reference: every activation and residual mode, output channels that
 fill several filter panels or end in a partial vector, one to four pixels over batches and maps, the
 split over threads; and where it does not apply, the problem goes to the other kernels."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -132,3 +134,27 @@ def test_zoo_models_verify_on_each_kernel(name, kernel, monkeypatch):
     optimized, _ = optimize_model(original, precision="fp32", target="ort-cpu", policy=FusionPolicy(mode="always"))
     result = verify(original, optimized, precision="fp32")
     assert result["passed"] and result["worst_rel_l2"] <= TOL, result
+
+
+@pytest.mark.skipif(not {"avx512f", "avx512bw", "avx512vl"} <= cpu_flags(), reason="bf16 needs AVX-512 with BW and VL")
+@pytest.mark.parametrize("residual", ["none", "pre", "post"])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 672, 28), (1, 1, 1, 28, 672), (1, 1, 1, 96, 300), (1, 1, 1, 960, 240),
+                                   (2, 1, 2, 40, 44)], ids=str)
+def test_bf16_filters_and_data_with_fp32_sums(shape, residual, monkeypatch):
+    """bfloat16 data and filters (the filters' bytes halved, what a squeeze-excite conv streams): each output
+    summed in fp32 and rounded once, within bf16's unit roundoff (2^-8) of the float64 result on the same
+    bf16 values, as oneDNN's kernel is; this kernel runs it, over panels, partial vectors and threads."""
+    import ml_dtypes
+
+    monkeypatch.delenv("EPIFUSE_CPU_ISA", raising=False)
+    n, h, w, c, k = shape
+    full = (n, h, w, c, k, 1, 1)
+    attrs = dict(activation="hardsigmoid", activation_params=PARAMS.get("hardsigmoid", ()), residual=residual)
+    x, wt, b, z = (None if a is None else a.astype(ml_dtypes.bfloat16) for a in conv_inputs(np.float32, full, **attrs))
+    desc = dataclasses.replace(_desc(full, **attrs), dtype=registry.BFLOAT16)
+    assert registry.cpu_kernel_name(desc, "gemv") == "gemv direct avx512"
+    ref = _reference(x, wt, b, z, **attrs)
+    y = registry.cpu_fused_conv(x, wt, b, z, kernel="gemv", **attrs)
+    assert y.dtype == ml_dtypes.bfloat16 and rel_l2(y.astype(np.float64), ref) <= 2.0 ** -8
+    onednn = registry.cpu_fused_conv(x, wt, b, z, kernel="onednn", **attrs)
+    assert rel_l2(onednn.astype(np.float64), ref) <= 2.0 ** -7

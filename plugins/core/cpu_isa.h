@@ -12,6 +12,11 @@ inline bool cpu_has_avx512f() {
   static const bool yes = __builtin_cpu_supports("avx512f");
   return yes;
 }
+// AVX-512 BW and VL: masked 16-bit loads and stores (the bf16 paths of the direct kernels).
+inline bool cpu_has_avx512bw_vl() {
+  static const bool yes = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return yes;
+}
 inline bool cpu_has_avx2_fma() {
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;

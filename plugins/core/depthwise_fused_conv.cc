@@ -64,17 +64,12 @@ EPIFUSE_VECTOR_TARGET inline void store_data(float* p, Vec::Mask m, Vec::F v) { 
 #undef EPIFUSE_VECTOR_TARGET
 }  // namespace avx2
 
-bool cpu_has_avx512bw() {
-  static const bool yes = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return yes;
-}
-
 }  // namespace
 
 bool DepthwiseConv::supports(const ConvProblem& p) const {
   const ConvAttributes& a = p.attr;
   const bool dtype = p.dtype == DType::kFloat ? isa_ != VectorIsa::kNone
-                     : p.dtype == DType::kBFloat16 && isa_ == VectorIsa::kAvx512 && cpu_has_avx512bw();
+                     : p.dtype == DType::kBFloat16 && isa_ == VectorIsa::kAvx512 && cpu_has_avx512bw_vl();
   return dtype && a.group == p.C && p.K == p.C && p.C > 0 && a.dil_h == 1 && a.dil_w == 1;
 }
 

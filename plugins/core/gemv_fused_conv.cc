@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "activation.h"
+#include "bf16_vectors.h"
+#include "float_types.h"
 #include "simd_math.h"
 
 namespace epifuse {
@@ -24,61 +27,111 @@ struct Geometry {
 
 namespace avx512 {
 using Vec = simd::Avx512;
+using Data = float;
+using Weight = float;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512
+EPIFUSE_VECTOR_TARGET inline Vec::F load_weights(const float* p) { return Vec::load(p); }
+EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const float* p) { return Vec::load_masked(m, p); }
+EPIFUSE_VECTOR_TARGET inline void store_data(float* p, Vec::Mask m, Vec::F v) { Vec::store_masked(p, m, v); }
 #include "vector_epilogue.inc"
 #include "gemv_kernels.inc"
 #undef EPIFUSE_VECTOR_TARGET
 }  // namespace avx512
 
+// bfloat16 data and filters (half the bytes of a squeeze-excite conv's filters to stream), fp32 sums;
+// AVX512-BW for the masked 16-bit loads and stores.
+namespace avx512_bf16 {
+using Vec = simd::Avx512;
+using Data = bfloat16_t;
+using Weight = bfloat16_t;
+#define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512BW
+EPIFUSE_VECTOR_TARGET inline Vec::F load_weights(const bfloat16_t* p) { return load_bf16x16(p); }
+EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const bfloat16_t* p) { return load_bf16x16_masked(m, p); }
+EPIFUSE_VECTOR_TARGET inline void store_data(bfloat16_t* p, Vec::Mask m, Vec::F v) { store_bf16x16_masked(p, m, v); }
+#include "vector_epilogue.inc"
+#include "gemv_kernels.inc"
+#undef EPIFUSE_VECTOR_TARGET
+}  // namespace avx512_bf16
+
 namespace avx2 {
 using Vec = simd::Avx2;
+using Data = float;
+using Weight = float;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX2
+EPIFUSE_VECTOR_TARGET inline Vec::F load_weights(const float* p) { return Vec::load(p); }
+EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const float* p) { return Vec::load_masked(m, p); }
+EPIFUSE_VECTOR_TARGET inline void store_data(float* p, Vec::Mask m, Vec::F v) { Vec::store_masked(p, m, v); }
 #include "vector_epilogue.inc"
 #include "gemv_kernels.inc"
 #undef EPIFUSE_VECTOR_TARGET
 }  // namespace avx2
 
+// The filters, KRSC [K][C], as panels of kBlockVectors output-channel vectors, each [C][its vectors], one
+// after another: a block's filters are one stream of memory (they come cold in a model).
+template <class T>
+void arrange_panels(const T* w, int64_t C, int64_t K, int64_t Kp, int64_t lanes, T* f) {
+  const int64_t panel_width = kBlockVectors * lanes;
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t k0 = k / panel_width * panel_width, width = std::min(panel_width, Kp - k0);
+    for (int64_t c = 0; c < C; ++c) f[C * k0 + c * width + (k - k0)] = w[k * C + c];
+  }
+}
+
 }  // namespace
 
 bool GemvConv::supports(const ConvProblem& p) const {
   const ConvAttributes& a = p.attr;
-  return p.dtype == DType::kFloat && p.R == 1 && p.S == 1 && a.group == 1 && a.stride_h == 1 && a.stride_w == 1 &&
+  const bool dtype = p.dtype == DType::kFloat ? isa_ != VectorIsa::kNone
+                     : p.dtype == DType::kBFloat16 && isa_ == VectorIsa::kAvx512 && cpu_has_avx512bw_vl();
+  return dtype && p.R == 1 && p.S == 1 && a.group == 1 && a.stride_h == 1 && a.stride_w == 1 &&
          a.pad_top == 0 && a.pad_left == 0 && a.pad_bottom == 0 && a.pad_right == 0 && p.C > 0 && p.K > 0 &&
-         p.N * p.H * p.W <= kMaxPixels && isa_ != VectorIsa::kNone;
+         p.N * p.H * p.W <= kMaxPixels;
 }
 
 std::string GemvConv::name() const { return std::string("gemv direct ") + isa_name(isa_); }
 
-Status GemvConv::run(const ConvProblem& p, const void* x_data, const void* w_data, bool w_constant,
-                     const void* b_data, const void* z_data, void* y_data, const ParallelFor& parallel_for) {
-  // fp32 only (supports)
-  const float *x = static_cast<const float*>(x_data), *w = static_cast<const float*>(w_data),
-              *b = static_cast<const float*>(b_data), *z = static_cast<const float*>(z_data);
-  float* y = static_cast<float*>(y_data);
+namespace {
+
+// The pixels' blocks of output channels on the caller's threads (this one alone below kMinMacsToSplit).
+template <class T, class PixelBlocks>
+void run_pixels(const Geometry& g, int64_t pixels, int64_t blocks, PixelBlocks pixel_blocks, const void* x,
+                const T* f, const float* b, const void* z, void* y, const ParallelFor& parallel_for) {
+  const T *xs = static_cast<const T*>(x), *zs = static_cast<const T*>(z);
+  T* ys = static_cast<T*>(y);
+  auto pixel = [&](int64_t i, int64_t b0, int64_t b1) {
+    pixel_blocks(g, xs + i * g.C, f, b, zs ? zs + i * g.K : nullptr, ys + i * g.K, b0, b1);
+  };
+  if (pixels * g.C * g.K < kMinMacsToSplit) {
+    for (int64_t i = 0; i < pixels; ++i) pixel(i, 0, blocks);
+    return;
+  }
+  parallel_for(pixels * blocks, [&](int64_t i) { pixel(i / blocks, i % blocks, i % blocks + 1); });
+}
+
+}  // namespace
+
+Status GemvConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+                     const void* z, void* y, const ParallelFor& parallel_for) {
   if (!supports(p)) return Status::Error("the gemv kernel does not run this problem");
   const int64_t lanes = simd::lanes_of(isa_), pixels = p.N * p.H * p.W;
   if (pixels == 0) return Status::Ok();
   const Geometry g{p.C, p.K, round_up(p.K, lanes), p.attr.residual, p.attr.activation};
-  // KRSC [K][C] to panels of kBlockVectors output-channel vectors, each [C][its vectors], one after
-  // another: a block's filters are one stream of memory (they come cold in a model).
-  const int64_t panel_width = kBlockVectors * lanes;
-  const auto filters = filters_.get(w, w_constant, g.C * g.Kp, [&](float* f) {
-    for (int64_t k = 0; k < g.K; ++k) {
-      const int64_t k0 = k / panel_width * panel_width, width = std::min(panel_width, g.Kp - k0);
-      for (int64_t c = 0; c < g.C; ++c) f[g.C * k0 + c * width + (k - k0)] = w[k * g.C + c];
-    }
-  });
-  const float* f = filters->data;
-  const auto blocks_of_pixel = isa_ == VectorIsa::kAvx512 ? avx512::pixel_blocks : avx2::pixel_blocks;
-  const int64_t blocks = (g.Kp + panel_width - 1) / panel_width;
-  auto pixel = [&](int64_t i, int64_t b0, int64_t b1) {
-    blocks_of_pixel(g, x + i * g.C, f, b, z ? z + i * g.K : nullptr, y + i * g.K, b0, b1);
-  };
-  if (pixels * g.C * g.K < kMinMacsToSplit) {
-    for (int64_t i = 0; i < pixels; ++i) pixel(i, 0, blocks);
+  const int64_t blocks = (g.Kp + kBlockVectors * lanes - 1) / (kBlockVectors * lanes);
+  if (p.dtype == DType::kBFloat16) {  // bf16 filters in the float buffer, two a float; the bias in fp32
+    const auto filters = filters_.get(w, w_constant, (g.C * g.Kp + 1) / 2, [&](float* f) {
+      arrange_panels(static_cast<const bfloat16_t*>(w), g.C, g.K, g.Kp, lanes, reinterpret_cast<bfloat16_t*>(f));
+    });
+    std::vector<float> bias(static_cast<size_t>(g.K));
+    for (int64_t k = 0; k < g.K; ++k) bias[k] = to_float(static_cast<const bfloat16_t*>(b)[k]);
+    run_pixels(g, pixels, blocks, avx512_bf16::pixel_blocks, x, reinterpret_cast<const bfloat16_t*>(filters->data),
+               bias.data(), z, y, parallel_for);
     return Status::Ok();
   }
-  parallel_for(pixels * blocks, [&](int64_t i) { pixel(i / blocks, i % blocks, i % blocks + 1); });
+  const auto filters = filters_.get(w, w_constant, g.C * g.Kp, [&](float* f) {
+    arrange_panels(static_cast<const float*>(w), g.C, g.K, g.Kp, lanes, f);
+  });
+  run_pixels(g, pixels, blocks, isa_ == VectorIsa::kAvx512 ? avx512::pixel_blocks : avx2::pixel_blocks, x,
+             filters->data, static_cast<const float*>(b), z, y, parallel_for);
   return Status::Ok();
 }
 
