@@ -32,8 +32,6 @@ using Vec = simd::Avx512;
 using Data = float;
 constexpr int kBlock = 8;  // output columns in registers: 8 accumulators + up to 7 taps + the input
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512
-EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const float* p) { return Vec::load_masked(m, p); }
-EPIFUSE_VECTOR_TARGET inline void store_data(float* p, Vec::Mask m, Vec::F v) { Vec::store_masked(p, m, v); }
 #include "vector_epilogue.inc"
 #include "depthwise_kernels.inc"
 #undef EPIFUSE_VECTOR_TARGET
@@ -57,8 +55,6 @@ using Vec = simd::Avx2;
 using Data = float;
 constexpr int kBlock = 4;  // of 16 registers: 4 accumulators + up to 7 taps + the input
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX2
-EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const float* p) { return Vec::load_masked(m, p); }
-EPIFUSE_VECTOR_TARGET inline void store_data(float* p, Vec::Mask m, Vec::F v) { Vec::store_masked(p, m, v); }
 #include "vector_epilogue.inc"
 #include "depthwise_kernels.inc"
 #undef EPIFUSE_VECTOR_TARGET
@@ -75,6 +71,9 @@ bool DepthwiseConv::supports(const ConvProblem& p) const {
 
 std::string DepthwiseConv::name() const { return std::string("depthwise direct ") + isa_name(isa_); }
 
+namespace {
+
+// Output rows of `g` in pieces on the caller's threads, the data of element type T.
 template <class T, class OutputRow>
 void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRow output_row, const void* x, const float* f,
               const float* b, const void* z, void* y) {
@@ -86,6 +85,8 @@ void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRow outp
       output_row(g, static_cast<const T*>(x), f, b, static_cast<const T*>(z), row / g.P, row % g.P, static_cast<T*>(y));
   });
 }
+
+}  // namespace
 
 Status DepthwiseConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
                           const void* z, void* y, const ParallelFor& parallel_for) {

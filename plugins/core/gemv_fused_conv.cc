@@ -31,8 +31,6 @@ using Data = float;
 using Weight = float;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512
 EPIFUSE_VECTOR_TARGET inline Vec::F load_weights(const float* p) { return Vec::load(p); }
-EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const float* p) { return Vec::load_masked(m, p); }
-EPIFUSE_VECTOR_TARGET inline void store_data(float* p, Vec::Mask m, Vec::F v) { Vec::store_masked(p, m, v); }
 #include "vector_epilogue.inc"
 #include "gemv_kernels.inc"
 #undef EPIFUSE_VECTOR_TARGET
@@ -59,8 +57,6 @@ using Data = float;
 using Weight = float;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX2
 EPIFUSE_VECTOR_TARGET inline Vec::F load_weights(const float* p) { return Vec::load(p); }
-EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const float* p) { return Vec::load_masked(m, p); }
-EPIFUSE_VECTOR_TARGET inline void store_data(float* p, Vec::Mask m, Vec::F v) { Vec::store_masked(p, m, v); }
 #include "vector_epilogue.inc"
 #include "gemv_kernels.inc"
 #undef EPIFUSE_VECTOR_TARGET
