@@ -3,6 +3,7 @@
 $EPIFUSE_TUNING_CACHE when EPIFUSE_TUNE=1 (the optimizer's measuring process and `epifuse tune` set it),
 and a kept choice decides the kernel in later processes, whichever it names."""
 import os
+import re
 from pathlib import Path
 
 import onnx
@@ -47,7 +48,7 @@ def test_a_choice_is_written_only_where_tuning_is_enabled(tmp_path, monkeypatch)
     monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "tuned.tsv"))  # another file: read afresh
     chosen = _auto_kernel()
     ((device, problem, kernel),) = _entries(tmp_path / "tuned.tsv")
-    assert device.startswith("cpu ") and device.endswith(" threads")
+    assert re.fullmatch(r"cpu .+, \d+ threads, build [0-9a-f]{8}", device), device
     direct, dims = problem.split(" or onednn: ")
     assert direct.startswith("winograd") and dims.startswith("1 20 20 24 24 3 3 ")
     assert kernel in ("onednn", direct) and chosen.startswith(kernel)
@@ -75,6 +76,19 @@ def test_an_unknown_choice_is_timed_again(tmp_path, monkeypatch):
     monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(stale))
     name = _auto_kernel()
     assert _entries(stale)[-1] == [device, problem, "onednn" if name.startswith("onednn") else name]
+
+
+def test_a_choice_another_build_kept_is_timed_again(tmp_path, monkeypatch):
+    """A kept choice holds for the kernels it timed: a later build's (a faster kernel, say) times anew."""
+    device, problem = _tuned_entry(tmp_path, monkeypatch)
+    other_build = re.sub(r"build [0-9a-f]{8}$", "build 00000000", device)
+    assert other_build != device
+    old = tmp_path / "old.tsv"
+    old.write_text(f"{other_build}\t{problem}\tsomething an older build had\n")
+    monkeypatch.setenv("EPIFUSE_TUNE", "1")
+    monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(old))
+    name = _auto_kernel()
+    assert _entries(old)[-1] == [device, problem, "onednn" if name.startswith("onednn") else name]
 
 
 def test_the_optimizers_measuring_process_keeps_the_choices_it_measured_with(tmp_path):
