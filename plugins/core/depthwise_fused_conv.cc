@@ -19,9 +19,9 @@ constexpr int64_t kPiecesPerThread = 4;
 struct Geometry {
   Geometry(const ConvProblem& p, int64_t lanes)
       : N(p.N), H(p.H), W(p.W), C(p.C), P(p.P()), Q(p.Q()), R(p.R), S(p.S), SH(p.attr.stride_h),
-        SW(p.attr.stride_w), pad_top(p.attr.pad_top), pad_left(p.attr.pad_left), Cp(round_up(p.C, lanes)),
-        residual(p.attr.residual), activation(p.attr.activation) {}
-  int64_t N, H, W, C, P, Q, R, S, SH, SW, pad_top, pad_left;
+        SW(p.attr.stride_w), pad_top(p.attr.pad_top), pad_left(p.attr.pad_left), lanes(lanes),
+        Cp(round_up(p.C, lanes)), residual(p.attr.residual), activation(p.attr.activation) {}
+  int64_t N, H, W, C, P, Q, R, S, SH, SW, pad_top, pad_left, lanes;
   int64_t Cp;  // C rounded up to whole vectors: the filters' row stride
   Residual residual;
   Activation activation;
@@ -31,6 +31,7 @@ namespace avx512 {
 using Vec = simd::Avx512;
 using Data = float;
 constexpr int kBlock = 8;  // output columns in registers: 8 accumulators + up to 7 taps + the input
+constexpr bool kPairs = true;  // 32 registers: two channel vectors at once where the taps fit
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512
 #include "vector_epilogue.inc"
 #include "depthwise_kernels.inc"
@@ -42,8 +43,10 @@ namespace avx512_bf16 {
 using Vec = simd::Avx512;
 using Data = bfloat16_t;
 constexpr int kBlock = 8;
+constexpr bool kPairs = true;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512BW
 EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const bfloat16_t* p) { return load_bf16x16_masked(m, p); }
+EPIFUSE_VECTOR_TARGET inline Vec::F load_data(const bfloat16_t* p) { return load_bf16x16(p); }
 EPIFUSE_VECTOR_TARGET inline void store_data(bfloat16_t* p, Vec::Mask m, Vec::F v) { store_bf16x16_masked(p, m, v); }
 #include "vector_epilogue.inc"
 #include "depthwise_kernels.inc"
@@ -54,6 +57,7 @@ namespace avx2 {
 using Vec = simd::Avx2;
 using Data = float;
 constexpr int kBlock = 4;  // of 16 registers: 4 accumulators + up to 7 taps + the input
+constexpr bool kPairs = false;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX2
 #include "vector_epilogue.inc"
 #include "depthwise_kernels.inc"
@@ -73,16 +77,25 @@ std::string DepthwiseConv::name() const { return std::string("depthwise direct "
 
 namespace {
 
-// Output rows of `g` in pieces on the caller's threads, the data of element type T.
+// Output rows of `g` in pieces on the caller's threads, the data of element type T. Where the rows are
+// too few to even out the threads' ends (7x7 maps: 7 rows on 2 threads), each row's channels are cut
+// into groups of whole vectors too.
 template <class T, class OutputRow>
 void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRow output_row, const void* x, const float* f,
               const float* b, const void* z, void* y) {
-  const int64_t rows = g.N * g.P;
-  const int64_t per_piece = std::max<int64_t>(1, rows / (hardware_threads() * kPiecesPerThread));
-  const int64_t pieces = (rows + per_piece - 1) / per_piece;
-  parallel_for(pieces, [&](int64_t i) {
-    for (int64_t row = i * per_piece; row < std::min(rows, (i + 1) * per_piece); ++row)
-      output_row(g, static_cast<const T*>(x), f, b, static_cast<const T*>(z), row / g.P, row % g.P, static_cast<T*>(y));
+  const int64_t rows = g.N * g.P, vectors = g.Cp / g.lanes;
+  const int64_t wanted = hardware_threads() * kPiecesPerThread;
+  const int64_t groups = rows >= wanted ? 1 : std::min(vectors, (wanted + rows - 1) / rows);
+  const int64_t group_vectors = (vectors + groups - 1) / groups;
+  const int64_t channel_groups = (vectors + group_vectors - 1) / group_vectors;
+  const int64_t per_piece = std::max<int64_t>(1, rows * channel_groups / wanted);
+  const int64_t row_pieces = (rows + per_piece - 1) / per_piece;
+  parallel_for(row_pieces * channel_groups, [&](int64_t i) {
+    const int64_t first = (i / channel_groups) * per_piece, group = i % channel_groups;
+    const int64_t c_lo = group * group_vectors * g.lanes, c_hi = std::min(g.Cp, c_lo + group_vectors * g.lanes);
+    for (int64_t row = first; row < std::min(rows, first + per_piece); ++row)
+      output_row(g, static_cast<const T*>(x), f, b, static_cast<const T*>(z), row / g.P, row % g.P, c_lo, c_hi,
+                 static_cast<T*>(y));
   });
 }
 

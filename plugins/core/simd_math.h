@@ -187,6 +187,7 @@ struct Avx512 {
   EPIFUSE_AVX512 static F zero() { return _mm512_setzero_ps(); }
   EPIFUSE_AVX512 static F set1(float a) { return _mm512_set1_ps(a); }
   EPIFUSE_AVX512 static F load(const float* p) { return _mm512_load_ps(p); }  // 64-byte aligned
+  EPIFUSE_AVX512 static F loadu(const float* p) { return _mm512_loadu_ps(p); }
   EPIFUSE_AVX512 static F load_masked(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
   EPIFUSE_AVX512 static void store(float* p, F a) { _mm512_store_ps(p, a); }
   EPIFUSE_AVX512 static void store_masked(float* p, Mask m, F a) { _mm512_mask_storeu_ps(p, m, a); }
@@ -223,6 +224,7 @@ struct Avx2 {
   EPIFUSE_AVX2 static F zero() { return _mm256_setzero_ps(); }
   EPIFUSE_AVX2 static F set1(float a) { return _mm256_set1_ps(a); }
   EPIFUSE_AVX2 static F load(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
+  EPIFUSE_AVX2 static F loadu(const float* p) { return _mm256_loadu_ps(p); }
   EPIFUSE_AVX2 static F load_masked(Mask m, const float* p) {
     return m.all ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m.lanes);
   }
