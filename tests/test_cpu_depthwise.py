@@ -175,3 +175,16 @@ def test_bf16_widened_computed_in_fp32_and_rounded_once(name, residual, monkeypa
     assert y.dtype == ml_dtypes.bfloat16 and rel_l2(y.astype(np.float64), ref) <= 2.0 ** -8
     onednn = registry.cpu_fused_conv(x, wt, b, z, kernel="onednn", **attrs)
     assert rel_l2(onednn.astype(np.float64), ref) <= 2.0 ** -7  # the same problem on oneDNN's kernel
+
+
+@pytest.mark.skipif("avx512f" not in cpu_flags(), reason="the untimed choice is AVX-512's")
+def test_auto_runs_depthwise_layers_on_the_direct_kernel_untimed(tmp_path, monkeypatch):
+    """With AVX-512 no first-run timing against oneDNN (warm, in a loop, it picked oneDNN for layers the
+    direct kernel runs faster in whole models): nothing timed, nothing kept in the tuning cache."""
+    monkeypatch.delenv("EPIFUSE_CPU_ISA", raising=False)
+    monkeypatch.setenv("EPIFUSE_TUNE", "1")
+    monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "tuning.tsv"))
+    desc = registry.ConvDesc.from_attributes(registry.FLOAT, (1, 11, 11, 48), (48, 5, 5, 1), pads=(2, 2, 2, 2),
+                                             group=48, activation="hardswish")
+    assert registry.cpu_kernel_name(desc, "auto") == "depthwise direct avx512"
+    assert not (tmp_path / "tuning.tsv").exists()

@@ -31,6 +31,8 @@ class DirectConv {
   // Drops the prepared copy of constant filters (a later run makes it again).
   void release_filters() { filters_.release(); }
 
+  VectorIsa isa() const { return isa_; }
+
  protected:
   DirectConv() : isa_(best_vector_isa()) {}  // the widest ISA of this CPU (EPIFUSE_CPU_ISA=avx2 caps it at AVX2)
 
