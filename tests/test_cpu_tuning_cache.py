@@ -48,7 +48,7 @@ def test_a_choice_is_written_only_where_tuning_is_enabled(tmp_path, monkeypatch)
     monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "tuned.tsv"))  # another file: read afresh
     chosen = _auto_kernel()
     ((device, problem, kernel),) = _entries(tmp_path / "tuned.tsv")
-    assert re.fullmatch(r"cpu .+, \d+ threads, build [0-9a-f]{8}", device), device
+    assert re.fullmatch(r"cpu .+, \d+ threads, build [0-9a-f]{12}", device), device
     direct, dims = problem.split(" or onednn: ")
     assert direct.startswith("winograd") and dims.startswith("1 20 20 24 24 3 3 ")
     assert kernel in ("onednn", direct) and chosen.startswith(kernel)
@@ -81,7 +81,7 @@ def test_an_unknown_choice_is_timed_again(tmp_path, monkeypatch):
 def test_a_choice_another_build_kept_is_timed_again(tmp_path, monkeypatch):
     """A kept choice holds for the kernels it timed: a later build's (a faster kernel, say) times anew."""
     device, problem = _tuned_entry(tmp_path, monkeypatch)
-    other_build = re.sub(r"build [0-9a-f]{8}$", "build 00000000", device)
+    other_build = re.sub(r"build [0-9a-f]{12}$", "build 000000000000", device)
     assert other_build != device
     old = tmp_path / "old.tsv"
     old.write_text(f"{other_build}\t{problem}\tsomething an older build had\n")

@@ -1,10 +1,6 @@
 #include "cpu_fused_conv.h"
 
-#include <dlfcn.h>
-#include <sys/stat.h>
-
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -27,25 +23,7 @@ std::vector<int64_t> shape_key(const ConvProblem& p) {
   return key;
 }
 
-// Which build of this library the kernels are (its file's size and modification time, as the
-// optimizer's costs cache tells builds apart): a kept choice holds only for the kernels it timed, and
-// a kernel made faster in a later build must be timed again, not lose to its old self.
-std::string library_build() {
-  Dl_info info{};
-  struct stat st {};
-  if (dladdr(reinterpret_cast<void*>(&library_build), &info) == 0 || info.dli_fname == nullptr ||
-      stat(info.dli_fname, &st) != 0)
-    return "build unknown";
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (uint64_t v : {static_cast<uint64_t>(st.st_size), static_cast<uint64_t>(st.st_mtim.tv_sec),
-                     static_cast<uint64_t>(st.st_mtim.tv_nsec)})
-    for (int byte = 0; byte < 8; ++byte) hash = (hash ^ ((v >> (8 * byte)) & 0xff)) * 1099511628211ull;
-  char text[32];
-  std::snprintf(text, sizeof text, "build %08llx", static_cast<unsigned long long>(hash & 0xffffffffu));
-  return text;
-}
-
-// This machine and build in the tuning cache: the CPU's model name, the thread count, the library's build.
+// This machine and build in the tuning cache: the CPU's model name, the thread count, the kernels' build.
 const std::string& cpu_device() {
   static const std::string device = [] {
     std::string name = "unknown CPU", line;
@@ -57,7 +35,7 @@ const std::string& cpu_device() {
         break;
       }
     }
-    return "cpu " + name + ", " + std::to_string(hardware_threads()) + " threads, " + library_build();
+    return "cpu " + name + ", " + std::to_string(hardware_threads()) + " threads, " + kernels_build();
   }();
   return device;
 }

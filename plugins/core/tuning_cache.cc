@@ -17,6 +17,15 @@ bool tuning_enabled() {
   return v && std::string(v) != "0" && std::string(v) != "";
 }
 
+#ifndef EPIFUSE_KERNELS_ID
+#define EPIFUSE_KERNELS_ID "unknown"  // a build outside plugins/core/CMakeLists.txt
+#endif
+
+const std::string& kernels_build() {
+  static const std::string build = std::string("build ") + EPIFUSE_KERNELS_ID;
+  return build;
+}
+
 TuningCache& TuningCache::instance() {
   static TuningCache cache;
   return cache;

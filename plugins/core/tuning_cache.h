@@ -15,6 +15,10 @@ std::string tuning_cache_path();
 // EPIFUSE_TUNE set and neither "" nor "0".
 bool tuning_enabled();
 
+// "build <hash of the kernels' sources>", in every key: a kept choice holds only for the kernels it timed,
+// and a kernel made faster in a later build must be timed again, not lose to its old self.
+const std::string& kernels_build();
+
 class TuningCache {
  public:
   static TuningCache& instance();

@@ -151,7 +151,7 @@ Status select_kernel(const char* target, const ConvProblem& p, const Tensors& t,
   EPIFUSE_RETURN_IF_ERROR(current_device(&d));
   std::vector<const KernelImpl*> ks;
   EPIFUSE_RETURN_IF_ERROR(candidates(target, p, d, &ks));
-  const std::string key = d.name + " sm" + std::to_string(d.sm) + '\t' + problem_key(p);
+  const std::string key = d.name + " sm" + std::to_string(d.sm) + ", " + kernels_build() + '\t' + problem_key(p);
   const std::string cached = TuningCache::instance().find(key);
   for (const KernelImpl* k : ks)
     if (cached == k->name) {
