@@ -124,9 +124,9 @@ def precision(graph: gs.Graph, report: Report, precision: str, target: str) -> g
                            f"the model is opset {graph.opset} (onnx.version_converter.convert_version can raise it, "
                            f"or use --precision fp16)")
     low = LOW_DTYPES[precision]
-    graph.toposort()
     low_nodes = {id(n) for n in graph.nodes if _runs_low(n, target, precision, graph.opset)}
     if target == "ort-cpu" and precision == "bf16":
+        graph.toposort()  # producers before their consumers
         low_nodes = _follow_producers(graph, low_nodes)
     casts: dict[tuple[str, str], gs.Tensor] = {}
     converted: dict[str, gs.Constant] = {}
