@@ -1,10 +1,12 @@
 // The CPU FusedConv every adapter runs: a direct kernel of its own — Winograd F(2x2, 3x3)
 // (winograd_fused_conv.h) for 3x3 stride-1 convs, the depthwise kernel (depthwise_fused_conv.h) for
-// depthwise ones, the gemv kernel (gemv_fused_conv.h) for 1x1 convs on a few pixels — or oneDNN, whichever runs the problem faster on this machine, where both can (timed
-// at the first run of each shape in a process, unless the tuning cache (tuning_cache.h) holds the
-// choice; kept there where EPIFUSE_TUNE=1); oneDNN where it has an optimized implementation; the reference
-// kernel (reference_fused_conv.h) elsewhere. EPIFUSE_CPU_KERNEL=reference|onednn|winograd|depthwise|gemv in
-// the environment picks one kernel for every problem it can run (oneDNN or the reference kernel for the rest).
+// depthwise ones, the gemv kernel (gemv_fused_conv.h) for 1x1 convs on a few pixels — or oneDNN,
+// whichever runs the problem faster on this machine, where both can (timed at the first run of each
+// shape in a process, unless the tuning cache (tuning_cache.h) holds the choice; kept there where
+// EPIFUSE_TUNE=1; depthwise convs with AVX-512 take the direct kernel untimed); oneDNN where it has an
+// optimized implementation; the reference kernel (reference_fused_conv.h) elsewhere.
+// EPIFUSE_CPU_KERNEL=reference|onednn|winograd|depthwise|gemv in the environment picks one kernel for
+// every problem it can run (oneDNN or the reference kernel for the rest).
 #pragma once
 #include <map>
 #include <mutex>
@@ -41,7 +43,8 @@ class CpuFusedConv {
  private:
   // The direct kernel that can run `p` (at most one does), else null.
   DirectConv* direct_for(const ConvProblem& p);
-  // The direct kernel that runs `p`: forced, or timed against oneDNN once per shape; null for oneDNN.
+  // The direct kernel that runs `p`: forced, depthwise with AVX-512, or timed against oneDNN once per
+  // shape; null for oneDNN.
   Status choose(const ConvProblem& p, const ParallelFor& parallel_for, DirectConv** chosen);
 
   CpuKernel kernel_;

@@ -1,9 +1,11 @@
 // CPU FusedConv for depthwise convolutions (one input and one output channel a group), fp32 on AVX-512
-// or AVX2, bf16 on AVX-512 with BW (widened as loaded, fp32 arithmetic, rounded once as stored), NHWC: each output row's channel vectors accumulate the filter taps in registers,
-// blocks of output columns sharing each input vector they read (a 3x3 stride-1 filter row: 10 loads
-// for 24 multiply-adds), and the residual and activation apply to a block while it is in registers.
-// Against oneDNN 3.2's brdgmm_dw (2 threads, Zen 4): ConvNeXt-T's 7x7 layers 1.05-1.34x, EfficientNet's
-// and MobileNet's 3x3 and 5x5 0.90-1.11x; CpuFusedConv times the two per shape and keeps the faster.
+// or AVX2, bf16 on AVX-512 with BW (widened as loaded, fp32 arithmetic, rounded once as stored), NHWC:
+// each output row's channel vectors accumulate the filter taps in registers, blocks of output columns
+// sharing each input vector they read (a 3x3 stride-1 filter row: 10 loads for 24 multiply-adds), and
+// the residual and activation apply to a block while it is in registers. Against oneDNN 3.2's
+// brdgmm_dw (2 threads, Zen 4): ConvNeXt-T's 7x7 layers 1.05-1.34x, EfficientNet's and MobileNet's 3x3
+// and 5x5 0.90-1.11x in loops; in whole models on an AVX-512 Xeon faster on every depthwise layer, so
+// CpuFusedConv runs it there untimed (elsewhere it times the two per shape and keeps the faster).
 #pragma once
 #include "direct_conv.h"
 
