@@ -7,9 +7,11 @@ each side in blocks of runs in a session of its own, its pool spinning between r
 nodes. (3) The global average pool of an NHWC tensor: ORT's ReduceMean over axes 1 and 2, the GEMV form
 (Reshape, MatMul by a row of 1/(H*W), Reshape) and epifuse::ChannelMean, beside ORT's NCHW
 GlobalAveragePool of the same tensor, timed the same way. (4) The layer norm over the channels: ORT's
-LayerNormalization(axis=-1) against epifuse::LayerNorm, timed the same way.
+LayerNormalization(axis=-1) against epifuse::LayerNorm, timed the same way. (5) The concat of NHWC
+tensors along the channels: ORT's Concat(axis=3) against epifuse::ChannelConcat, beside ORT's Concat of
+the same tensors in NCHW (axis=1, what the original model runs), timed the same way.
 
-    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm]
+    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm|concat]
 
 Times are wall times of session.run, each side's median over interleaved runs; every side pays the
 same session overhead (a few microseconds) and output allocation.
@@ -28,6 +30,7 @@ from onnx import TensorProto, helper
 
 from optimizer import __version__
 from optimizer.measure import _cpu_name
+from optimizer.passes.channel_concat import OP_TYPE as CONCAT_OP
 from optimizer.passes.channel_mean import OP_TYPE as MEAN_OP
 from optimizer.passes.channel_scale import OP_TYPE as SCALE_OP
 from optimizer.passes.input_layout import OP_TYPE
@@ -69,6 +72,17 @@ NORMS = [
     ("ConvNeXt-T stage 4", (1, 7, 7, 768)),
     ("40 tokens of 120", (1, 40, 120)),
     ("32 values a row", (1, 16, 16, 32)),
+]
+
+# (what it is, H, channels of each input): YOLOv8n's C2f and neck concats at 640x640, CSPDarknet-S's at 256x256
+CONCATS = [
+    ("YOLOv8n C2f, stage 1", 160, (16, 16, 16)),
+    ("YOLOv8n C2f, stage 2", 80, (32, 32, 32, 32)),
+    ("YOLOv8n C2f, stage 3", 40, (64, 64, 64, 64)),
+    ("YOLOv8n neck, 80x80", 80, (64, 128)),
+    ("YOLOv8n SPPF", 20, (128, 128, 128, 128)),
+    ("CSPDarknet-S stage 1", 64, (32, 32)),
+    ("CSPDarknet-S stage 3", 16, (128, 128)),
 ]
 
 WARM_RUNS = 100  # a new session's first runs of a small op read up to 1.5x slower
@@ -190,6 +204,35 @@ def norm_table(runs: int) -> list[str]:
     return lines
 
 
+def concat_table(runs: int) -> list[str]:
+    lines = ["| concat | H x W, channels | threads | ORT Concat, NHWC µs | ChannelConcat µs | speed-up | "
+             "ORT Concat, NCHW µs |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, h, channels in CONCATS:
+        rng = np.random.default_rng(0)
+        xs = [rng.standard_normal((1, h, h, c)).astype(np.float32) for c in channels]
+        names = [f"x{i}" for i in range(len(xs))]
+        serialized, feeds = {}, {}
+        for side, node, data in (
+                ("ort", helper.make_node("Concat", names, ["y"], axis=3), xs),
+                ("epifuse", helper.make_node(CONCAT_OP, names, ["y"], domain="epifuse"), xs),
+                ("nchw", helper.make_node("Concat", names, ["y"], axis=1),
+                 [np.ascontiguousarray(x.transpose(0, 3, 1, 2)) for x in xs])):
+            graph = helper.make_graph([node], "concat", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(x.shape))
+                                                         for n, x in zip(names, data)],
+                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+            serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
+                helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
+            feeds[side] = dict(zip(names, data))
+        check = ort.InferenceSession(serialized["epifuse"], session_options(), providers=["CPUExecutionProvider"])
+        assert np.array_equal(check.run(None, feeds["epifuse"])[0], np.concatenate(xs, axis=3))
+        del check
+        for threads in (None, 1):
+            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            lines.append(f"| {name} | {h}x{h}, {'+'.join(map(str, channels))} | {threads or 'default'} | "
+                         f"{us['ort']:.0f} | {us['epifuse']:.0f} | {us['ort'] / us['epifuse']:.2f}x | {us['nchw']:.0f} |")
+    return lines
+
+
 def _model(node: onnx.NodeProto, shape) -> bytes:
     n, c, h, w = shape
     graph = helper.make_graph([node], "layout", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
@@ -201,11 +244,11 @@ def _model(node: onnx.NodeProto, shape) -> bytes:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--only", choices=["layout", "scale", "mean", "norm"], help="one table instead of all")
+    ap.add_argument("--only", choices=["layout", "scale", "mean", "norm", "concat"], help="one table instead of all")
     args = ap.parse_args()
     print(f"\n{_cpu_name()}, {os.cpu_count()} threads, onnxruntime {ort.__version__}, epifuse {__version__}, "
           f"Python {platform.python_version()}\n")
-    tables = {"scale": scale_table, "mean": mean_table, "norm": norm_table}
+    tables = {"scale": scale_table, "mean": mean_table, "norm": norm_table, "concat": concat_table}
     if args.only in tables:
         print("\n".join(tables[args.only](args.runs)))
         return 0
