@@ -25,7 +25,7 @@ from .decide import MODES, Decider
 from .errors import EpifuseError
 from .passes.activation_ops import activation_ops
 from .passes.affine_to_batchnorm import affine_to_batchnorm
-from .passes.canonicalize import canonicalize
+from .passes.canonicalize import canonicalize, concat_of_slices
 from .passes.channel_mean import channel_mean
 from .passes.channel_concat import channel_concat
 from .passes.channel_scale import channel_scale
@@ -614,6 +614,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
         graph = canonicalize(graph, report)
     with _timed(report, "shape_constants", progress, free_memory):
         graph = shape_constants(graph, report)
+    with _timed(report, "concat_of_slices", progress, free_memory):  # on the Slice bounds shape_constants made
+        graph = concat_of_slices(graph, report)
     with _timed(report, "pad_into_conv", progress, free_memory):  # on the Pads shape_constants made constant
         graph = pad_into_conv(graph, report, target)
     decider = make_decider(policy or FusionPolicy(), target, precision, report)

@@ -1,19 +1,21 @@
 """canonicalize: Constant nodes become initializers, Conv auto_pad becomes explicit pads with
-the same output, a per-channel constant Add after a Conv becomes its bias."""
+the same output, a per-channel constant Add after a Conv becomes its bias, a Concat of slices that tile a
+tensor reads the tensor."""
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from optimizer.passes.canonicalize import canonicalize
+from optimizer.passes.canonicalize import canonicalize, concat_of_slices
 from optimizer.report import Report
 from tests.helpers import ops, rel_l2, run_ort
 
 
 def _canon(model):
     report = Report()
-    out = gs.export_onnx(canonicalize(gs.import_onnx(onnx.shape_inference.infer_shapes(model)), report))
+    graph = canonicalize(gs.import_onnx(onnx.shape_inference.infer_shapes(model)), report)
+    out = gs.export_onnx(concat_of_slices(graph, report))
     out.ir_version = model.ir_version
     onnx.checker.check_model(out)
     return out, report
@@ -135,3 +137,65 @@ def test_identity_between_a_conv_and_its_activation_goes_so_the_activation_fuses
                                        policy=FusionPolicy(mode="always"))
     assert ops(optimized).count("FusedConv") == 1 and "Relu" not in ops(optimized), ops(optimized)
     assert report.decisions[0].pattern == "Conv+Relu"
+
+
+def _chunk_model(pieces, axis=1, concat_axis=1, form="slice", extra=True):
+    """x [1, 16, 4, 4] → Relu → the pieces [(start, end), ...] along `axis` (Slices, or one Split) → a Concat
+    along `concat_axis` of the pieces, then (where `extra`) a Sigmoid of the last piece, as a C2f block
+    concatenates both halves of its chunk and the bottleneck's output."""
+    nodes = [helper.make_node("Relu", ["x"], ["t"])]
+    inits, outs = [], []
+    if form == "split":
+        inits.append(numpy_helper.from_array(np.array([e - s for s, e in pieces], np.int64), "sizes"))
+        outs = [f"p{i}" for i in range(len(pieces))]
+        nodes.append(helper.make_node("Split", ["t", "sizes"], outs, axis=axis))
+    else:
+        for i, (start, end) in enumerate(pieces):
+            for what, v in (("s", start), ("e", end), ("a", axis)):
+                inits.append(numpy_helper.from_array(np.array([v], np.int64), f"{what}{i}"))
+            nodes.append(helper.make_node("Slice", ["t", f"s{i}", f"e{i}", f"a{i}"], [f"p{i}"]))
+            outs.append(f"p{i}")
+    if extra:
+        nodes.append(helper.make_node("Sigmoid", [outs[-1]], ["m"]))
+    nodes.append(helper.make_node("Concat", outs + (["m"] if extra else []), ["y"], axis=concat_axis))
+    return _model(nodes, [1, 16, 4, 4], inits, opset=13)
+
+
+@pytest.mark.parametrize("form", ["slice", "split"])
+@pytest.mark.parametrize("pieces", [[(0, 8), (8, 16)], [(0, 5), (5, 6), (6, 16)], [(0, 8), (8, 2**63 - 1)]])
+def test_a_concat_of_slices_that_tile_a_tensor_reads_the_tensor(form, pieces):
+    if form == "split" and pieces[-1][1] > 16:
+        pieces = [(0, 8), (8, 16)]
+    model = _chunk_model(pieces, form=form)
+    out, report = _canon(model)
+    assert report.canonicalized["Concat of slices that tile a tensor → the tensor"] == 1
+    concat = next(n for n in out.graph.node if n.op_type == "Concat")
+    assert list(concat.input) == ["t", "m"]  # the last piece stays for the Sigmoid; the others are gone
+    assert ops(out).count("Slice") == (1 if form == "slice" else 0)
+    _same(model, out, [1, 16, 4, 4])
+
+
+@pytest.mark.parametrize("pieces", [[(0, 8), (8, 12)],    # not to the end
+                                    [(8, 16), (0, 8)],    # out of order
+                                    [(2, 8), (8, 16)]])   # not from 0
+def test_slices_that_do_not_tile_the_tensor_stay(pieces):
+    model = _chunk_model(pieces, extra=False)
+    out, report = _canon(model)
+    assert not report.canonicalized["Concat of slices that tile a tensor → the tensor"]
+    assert ops(out).count("Slice") == len(pieces)
+    _same(model, out, [1, 16, 4, 4])
+
+
+def test_slices_along_another_axis_than_the_concat_stay():
+    """Halves of H concatenated along C: the pieces tile H, not the concat's axis."""
+    model = _chunk_model([(0, 2), (2, 4)], axis=2, concat_axis=1, extra=False)
+    out, report = _canon(model)
+    assert not report.canonicalized["Concat of slices that tile a tensor → the tensor"]
+    _same(model, out, [1, 16, 4, 4])
+
+
+def test_a_concat_of_all_the_pieces_alone_becomes_the_tensor():
+    model = _chunk_model([(0, 8), (8, 16)], form="split", extra=False)
+    out, _ = _canon(model)
+    assert "Concat" not in ops(out) and "Split" not in ops(out)
+    _same(model, out, [1, 16, 4, 4])

@@ -2,7 +2,9 @@
 follow match one form. Every node gets a unique name. Constant nodes become initializers; Identity
 nodes go (torch.onnx reads deduplicated weights through them, paddle2onnx writes one between each
 conv and its activation); Conv auto_pad becomes explicit pads;
-a constant per-channel Add right after a Conv becomes the Conv's bias. Activation formulations
+a constant per-channel Add right after a Conv becomes the Conv's bias. After shape_constants (whose
+constants a Slice's bounds often are), a Concat of slices that tile a tensor in order reads the tensor
+(concat_of_slices). Activation formulations
 are recognised by optimizer.activations where they are fused."""
 from __future__ import annotations
 
@@ -109,6 +111,84 @@ def bias_add_into_conv(graph: gs.Graph, report: Report) -> None:
             set_outputs(conv, [out])
             report.canonicalized["bias Add → Conv bias"] += 1
             break
+
+
+_END = 2**31 - 1  # a Slice end at or past this means "to the end" (exporters write INT64_MAX or INT32_MAX)
+
+
+def _piece_of(t: gs.Tensor) -> tuple[gs.Tensor, int, int, int] | None:
+    """(source, axis, start, end) where `t` is a unit-step slice of one axis of a tensor: a Slice with constant
+    starts, ends and axes, or one output of a Split with known sizes. Axis as written (maybe negative);
+    end may be _END or more (to the end). Else None."""
+    node = producer(t)
+    if node is None or node.domain not in (None, "", "ai.onnx") or not node.inputs:
+        return None
+    if node.op == "Slice" and len(node.inputs) >= 3:
+        starts, ends = constant_value(node.inputs[1]), constant_value(node.inputs[2])
+        axes = constant_value(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3].name else np.array([0])
+        steps = constant_value(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4].name else np.array([1])
+        if any(v is None or v.size != 1 for v in (starts, ends, axes, steps)) or int(steps.reshape(())) != 1:
+            return None
+        start, end = int(starts.reshape(())), int(ends.reshape(()))
+        return (node.inputs[0], int(axes.reshape(())), start, end) if start >= 0 and end > start else None
+    if node.op == "Split":
+        shape = shape_of(node.inputs[0])
+        axis = int(node.attrs.get("axis", 0))
+        sizes = constant_value(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1].name else None
+        if sizes is None and "split" in node.attrs:
+            sizes = np.asarray(node.attrs["split"])
+        if sizes is None:  # equal parts of a known dimension
+            dim = shape[axis] if shape and -len(shape) <= axis < len(shape) else None
+            n = len(node.outputs)
+            if not isinstance(dim, int) or dim % n:
+                return None
+            sizes = np.full(n, dim // n)
+        index = next(i for i, o in enumerate(node.outputs) if o is t)
+        if len(sizes) != len(node.outputs):
+            return None
+        start = int(np.sum(sizes[:index]))
+        return node.inputs[0], axis, start, start + int(sizes[index])
+    return None
+
+
+def concat_of_slices(graph: gs.Graph, report: Report) -> gs.Graph:
+    """Concat(..., x[a:b], x[b:c], ..., ...) along x's sliced axis, where the run of inputs tiles x in order
+    from 0 to its end, reads x instead (the C2f blocks of YOLOv8 and YOLO11 concatenate both halves of
+    the chunk they split). The slice nobody reads any more goes; the one the bottleneck reads stays."""
+    for node in graph.nodes:
+        if node.op != "Concat" or node.domain not in (None, "", "ai.onnx") or len(node.inputs) < 2:
+            continue
+        axis = int(node.attrs.get("axis", 0))
+        inputs, changed, i = list(node.inputs), False, 0
+        while i < len(inputs):
+            piece = _piece_of(inputs[i])
+            if piece is None or piece[2] != 0:
+                i += 1
+                continue
+            source, piece_axis, _, end = piece
+            shape = shape_of(source)
+            rank = len(shape) if shape else None
+            if rank is None or piece_axis % rank != axis % rank:
+                i += 1
+                continue
+            dim = shape[axis % rank]
+            j = i + 1
+            while end < _END and not (isinstance(dim, int) and end >= dim) and j < len(inputs):
+                nxt = _piece_of(inputs[j])
+                if nxt is None or nxt[0] is not source or nxt[1] % rank != axis % rank or nxt[2] != end:
+                    break
+                end, j = nxt[3], j + 1
+            if end >= _END or (isinstance(dim, int) and end >= dim):
+                inputs[i:j] = [source]
+                changed = True
+                report.canonicalized["Concat of slices that tile a tensor → the tensor"] += 1
+            i += 1
+        if changed:
+            set_inputs(node, inputs)
+            if len(inputs) == 1:  # the whole tensor: its readers read it
+                replace_uses(graph, node.outputs[0], inputs[0])
+                node.outputs.clear()
+    return graph.cleanup(remove_unused_graph_inputs=False)
 
 
 def name_nodes(graph: gs.Graph, report: Report) -> None:
