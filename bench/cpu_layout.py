@@ -9,9 +9,11 @@ nodes. (3) The global average pool of an NHWC tensor: ORT's ReduceMean over axes
 GlobalAveragePool of the same tensor, timed the same way. (4) The layer norm over the channels: ORT's
 LayerNormalization(axis=-1) against epifuse::LayerNorm, timed the same way. (5) The concat of NHWC
 tensors along the channels: ORT's Concat(axis=3) against epifuse::ChannelConcat, beside ORT's Concat of
-the same tensors in NCHW (axis=1, what the original model runs), timed the same way.
+the same tensors in NCHW (axis=1, what the original model runs), timed the same way. (6) A range of the
+channels of an NHWC tensor (a C2f chunk's second half, a CSP block's split): ORT's Slice(axes=[3]) against
+epifuse::ChannelSlice, beside ORT's Slice of the NCHW tensor's channels, timed the same way.
 
-    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm|concat]
+    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm|concat|slice]
 
 Times are wall times of session.run, each side's median over interleaved runs; every side pays the
 same session overhead (a few microseconds) and output allocation.
@@ -30,7 +32,8 @@ from onnx import TensorProto, helper
 
 from optimizer import __version__
 from optimizer.measure import _cpu_name
-from optimizer.passes.channel_concat import OP_TYPE as CONCAT_OP
+from optimizer.passes.channel_copy import OP_TYPE as CONCAT_OP
+from optimizer.passes.channel_copy import SLICE_OP
 from optimizer.passes.channel_mean import OP_TYPE as MEAN_OP
 from optimizer.passes.channel_scale import OP_TYPE as SCALE_OP
 from optimizer.passes.input_layout import OP_TYPE
@@ -83,6 +86,16 @@ CONCATS = [
     ("YOLOv8n SPPF", 20, (128, 128, 128, 128)),
     ("CSPDarknet-S stage 1", 64, (32, 32)),
     ("CSPDarknet-S stage 3", 16, (128, 128)),
+]
+
+# (what it is, H, C, start, end): the channel ranges YOLOv8n's C2f blocks (after concat_of_slices) and
+# CSPDarknet-S's stages read at 640x640 and 256x256
+SLICES = [
+    ("YOLOv8n C2f, stage 1", 160, 32, 16, 32),
+    ("YOLOv8n C2f, stage 2", 80, 64, 32, 64),
+    ("YOLOv8n C2f, stage 3", 40, 128, 64, 128),
+    ("CSPDarknet-S stage 1, first half", 64, 64, 0, 32),
+    ("CSPDarknet-S stage 3", 16, 256, 128, 256),
 ]
 
 WARM_RUNS = 100  # a new session's first runs of a small op read up to 1.5x slower
@@ -233,6 +246,35 @@ def concat_table(runs: int) -> list[str]:
     return lines
 
 
+def slice_table(runs: int) -> list[str]:
+    lines = ["| slice | 1 x H x W x C, channels | threads | ORT Slice, NHWC µs | ChannelSlice µs | speed-up | "
+             "ORT Slice, NCHW µs |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, h, c, start, end in SLICES:
+        x = np.random.default_rng(0).standard_normal((1, h, h, c)).astype(np.float32)
+        bounds = lambda axis: [onnx.numpy_helper.from_array(np.array([v], np.int64), n)  # noqa: E731
+                               for n, v in (("starts", start), ("ends", end), ("axes", axis))]
+        serialized, feeds = {}, {}
+        for side, node, data, inits in (
+                ("ort", helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"]), x, bounds(3)),
+                ("epifuse", helper.make_node(SLICE_OP, ["x"], ["y"], domain="epifuse", start=start, end=end), x, []),
+                ("nchw", helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"]),
+                 np.ascontiguousarray(x.transpose(0, 3, 1, 2)), bounds(1))):
+            graph = helper.make_graph([node], "slice", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                      list(data.shape))],
+                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+            serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
+                helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
+            feeds[side] = {"x": data}
+        check = ort.InferenceSession(serialized["epifuse"], session_options(), providers=["CPUExecutionProvider"])
+        assert np.array_equal(check.run(None, feeds["epifuse"])[0], x[..., start:end])
+        del check
+        for threads in (None, 1):
+            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            lines.append(f"| {name} | 1x{h}x{h}x{c}, [{start}, {end}) | {threads or 'default'} | {us['ort']:.0f} | "
+                         f"{us['epifuse']:.0f} | {us['ort'] / us['epifuse']:.2f}x | {us['nchw']:.0f} |")
+    return lines
+
+
 def _model(node: onnx.NodeProto, shape) -> bytes:
     n, c, h, w = shape
     graph = helper.make_graph([node], "layout", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
@@ -244,11 +286,13 @@ def _model(node: onnx.NodeProto, shape) -> bytes:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--only", choices=["layout", "scale", "mean", "norm", "concat"], help="one table instead of all")
+    ap.add_argument("--only", choices=["layout", "scale", "mean", "norm", "concat", "slice"],
+                    help="one table instead of all")
     args = ap.parse_args()
     print(f"\n{_cpu_name()}, {os.cpu_count()} threads, onnxruntime {ort.__version__}, epifuse {__version__}, "
           f"Python {platform.python_version()}\n")
-    tables = {"scale": scale_table, "mean": mean_table, "norm": norm_table, "concat": concat_table}
+    tables = {"scale": scale_table, "mean": mean_table, "norm": norm_table, "concat": concat_table,
+              "slice": slice_table}
     if args.only in tables:
         print("\n".join(tables[args.only](args.runs)))
         return 0

@@ -207,8 +207,9 @@ def _inferred_shapes(light: gs.Graph) -> dict[str, list] | None:
 def _standard_stand_ins(light: gs.Graph) -> None:
     """epifuse's ops in `light` as standard nodes of the same outputs, so that ONNX's shape inference sees
     through them: a FusedConv as Transpose -> Conv -> Transpose (its filters KRSC), NchwToNhwc as a
-    Transpose, ChannelScale as a Mul, ChannelMean as a ReduceMean over H and W, ChannelConcat as a Concat
-    along the last axis, LayerNorm as a LayerNormalization over the last axis."""
+    Transpose, ChannelScale as a Mul, ChannelMean as a ReduceMean over H and W, ChannelConcat and
+    ChannelSlice as a Concat and a Slice of the last axis, LayerNorm as a LayerNormalization over the last
+    axis."""
     for node in [n for n in light.nodes if n.domain == contract.DOMAIN]:
         if node.op == "NchwToNhwc":
             node.op, node.domain, node.attrs = "Transpose", "", {"perm": list(NCHW_TO_NHWC)}
@@ -216,6 +217,10 @@ def _standard_stand_ins(light: gs.Graph) -> None:
             node.op, node.domain, node.attrs = "Mul", "", {}
         elif node.op == "ChannelConcat":
             node.op, node.domain, node.attrs = "Concat", "", {"axis": 3}
+        elif node.op == "ChannelSlice":
+            from .passes.channel_copy import as_slice  # noqa: PLC0415 (the passes import this module)
+
+            as_slice(light, node)
         elif node.op == "ChannelMean":
             from .passes.channel_mean import as_reduce_mean  # noqa: PLC0415 (the passes import this module)
 

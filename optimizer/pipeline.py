@@ -27,7 +27,7 @@ from .passes.activation_ops import activation_ops
 from .passes.affine_to_batchnorm import affine_to_batchnorm
 from .passes.canonicalize import canonicalize, concat_of_slices
 from .passes.channel_mean import channel_mean
-from .passes.channel_concat import channel_concat
+from .passes.channel_copy import channel_copy
 from .passes.channel_scale import channel_scale
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
@@ -679,8 +679,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = channel_mean(graph, report, target, precision)
         with _timed(report, "layer_norm", progress, free_memory):
             graph = layer_norm(graph, report, target, precision)
-        with _timed(report, "channel_concat", progress, free_memory):
-            graph = channel_concat(graph, report, target, precision)
+        with _timed(report, "channel_copy", progress, free_memory):
+            graph = channel_copy(graph, report, target, precision)
         with _timed(report, "precision", progress, free_memory):  # after layout: Casts only where regions end
             graph = convert_precision(graph, report, precision, target)
         with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data

@@ -71,8 +71,8 @@ def _admitted(op: str, opset: int, precision: str, n_inputs: int) -> tuple[bool,
 
 
 # the library's CPU ops with bfloat16 kernels, which follow their data as move ops do (`_follow_producers`)
-_CPU_BF16_LIBRARY_OPS = {"ChannelScale", "ChannelMean", "ChannelConcat"}
-_SCALE_OR_MEAN = {"ChannelScale", "ChannelMean"}  # their data is input 0 (a concat's is every input)
+_CPU_BF16_LIBRARY_OPS = {"ChannelScale", "ChannelMean", "ChannelConcat", "ChannelSlice"}
+_DATA_IS_INPUT_0 = {"ChannelScale", "ChannelMean", "ChannelSlice"}  # a concat's data is every input
 
 
 def _runs_low(node: gs.Node, target: str, precision: str, opset: int) -> bool:
@@ -89,7 +89,7 @@ def _runs_low(node: gs.Node, target: str, precision: str, opset: int) -> bool:
 
 
 def _follow_producers(graph: gs.Graph, low_nodes: set[int]) -> set[int]:
-    """On the CPU EP bfloat16 only moves data, and the library's channel scale, mean and concat have bf16 kernels:
+    """On the CPU EP bfloat16 only moves data, and the library's channel scale, mean, concat and slice have bf16 kernels:
     such an op runs low where its float data comes from low-precision nodes (a Transpose or Concat of
     FusedConv outputs, the scale of a FusedConv's output), else it stays float32 (a Flatten between a pool
     and a Gemm, which would otherwise get two Casts and a rounding for nothing). Of a channel scale only X
@@ -102,7 +102,7 @@ def _follow_producers(graph: gs.Graph, low_nodes: set[int]) -> set[int]:
         if not library_op and (node.op not in _MOVE or node.domain not in (None, "", "ai.onnx")):
             kept.add(id(node))
             continue
-        inputs = node.inputs[:1] if library_op and node.op in _SCALE_OR_MEAN else node.inputs
+        inputs = node.inputs[:1] if library_op and node.op in _DATA_IS_INPUT_0 else node.inputs
         data = [t for t in inputs if t.name and not isinstance(t, gs.Constant) and _is_float32(t)]
         if data and all(t.inputs and id(t.inputs[0]) in kept for t in data):
             kept.add(id(node))

@@ -60,7 +60,7 @@ void add_cpu_ops(OpList* ops) {
   add_layout_cpu_ops(ops);
   add_channel_scale_cpu_ops(ops);
   add_channel_mean_cpu_ops(ops);
-  add_channel_concat_cpu_ops(ops);
+  add_channel_copy_cpu_ops(ops);
   add_layer_norm_cpu_ops(ops);
 }
 

@@ -1,5 +1,5 @@
 // The custom ops each part of the library registers under the "epifuse" domain: FusedConv,
-// NchwToNhwc and (CPU) ChannelScale, ChannelMean, ChannelConcat and LayerNorm.
+// NchwToNhwc and (CPU) ChannelScale, ChannelMean, ChannelConcat, ChannelSlice and LayerNorm.
 #pragma once
 #include <memory>
 #include <vector>
@@ -43,8 +43,8 @@ void add_layout_cuda_ops(OpList* ops);
 void add_channel_scale_cpu_ops(OpList* ops);
 // epifuse::ChannelMean (channel_mean_cpu.cc).
 void add_channel_mean_cpu_ops(OpList* ops);
-// epifuse::ChannelConcat (channel_concat_cpu.cc).
-void add_channel_concat_cpu_ops(OpList* ops);
+// epifuse::ChannelConcat and ChannelSlice (channel_copy_cpu.cc).
+void add_channel_copy_cpu_ops(OpList* ops);
 // epifuse::LayerNorm (layer_norm_cpu.cc).
 void add_layer_norm_cpu_ops(OpList* ops);
 

@@ -1,16 +1,18 @@
-// epifuse::ChannelConcat on the CPUExecutionProvider: Y [N, H, W, C_1 + ... + C_n] = X_1 [N, H, W, C_1], ...,
-// X_n (n >= 2, one element type: float or bfloat16) joined along the last axis. The optimizer writes it for
-// ort-cpu in place of a channels-last region's Concat (optimizer/passes/channel_concat.py), which ORT's
-// Concat copies a pixel's few channels at a time. The core's kernel (plugins/core/channel_concat.h) on
-// ORT's intra-op threads.
+// epifuse::ChannelConcat and ChannelSlice on the CPUExecutionProvider, float or bfloat16. ChannelConcat:
+// Y [N, H, W, C_1 + ... + C_n] = X_1 [N, H, W, C_1], ..., X_n (n >= 2, one element type) joined along the
+// last axis. ChannelSlice: Y [N, H, W, end - start] = X [N, H, W, C] channels [start, min(end, C)). The
+// optimizer writes them for ort-cpu in place of a channels-last region's Concat, Split and Slice along
+// the channels (optimizer/passes/channel_concat.py), which ORT copies a pixel's few channels at a time.
+// The core's kernels (plugins/core/channel_copy.h) on ORT's intra-op threads.
 //
-// The inputs are variadic: the lite API's TensorArray reads no bfloat16 (onnxruntime 1.21's header), so
+// ChannelConcat's inputs are variadic: the lite API's TensorArray reads no bfloat16 (onnxruntime 1.21's header), so
 // the kernel takes the context alone and the op's input and output descriptions are set on the
 // OrtCustomOp after its creation, as may_write_over_input_0 sets GetMayInplace.
+#include <algorithm>
 #include <string>
 #include <vector>
 
-#include "channel_concat.h"
+#include "channel_copy.h"
 #include "node_glue.h"
 #include "ort_ops.h"
 
@@ -18,6 +20,7 @@ namespace epifuse::ort {
 namespace {
 
 constexpr const char* kChannelConcat = "ChannelConcat";
+constexpr const char* kChannelSlice = "ChannelSlice";
 
 std::string shape_text(const Dims& d) {
   std::string text = "[";
@@ -69,6 +72,47 @@ struct ChannelConcatCpuKernel : NamedNode {
 };
 
 template <class T>
+struct ChannelSliceCpuKernel : NamedNode {
+  ChannelSliceCpuKernel(const OrtApi*, const OrtKernelInfo* info)
+      : NamedNode{describe_node(Ort::ConstKernelInfo(info), kChannelSlice)} {
+    const Ort::ConstKernelInfo i(info);
+    require(require_inputs(i, {"X"}));
+    auto attribute = [&](const char* name) {
+      const auto value = optional_attribute(name, [&] { return i.GetAttribute<int64_t>(name); });
+      if (!value) require(Status::Error(std::string("attribute '") + name + "' is missing"));
+      return *value;
+    };
+    start_ = attribute("start");
+    end_ = attribute("end");
+    if (start_ < 0 || end_ <= start_)
+      require(Status::Error("channels [" + std::to_string(start_) + ", " + std::to_string(end_) +
+                            ") are not a range of at least one from 0 up"));
+  }
+
+  Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, Tensor<T>& Y) {
+    try {
+      const Dims& x = X.Shape();
+      if (x.size() != 4) return error("X must be 4-D [N, H, W, C], got " + shape_text(x));
+      const int64_t end = std::min(end_, x[3]);
+      if (end <= start_)
+        return error("channels [" + std::to_string(start_) + ", " + std::to_string(end_) + ") of X " +
+                     shape_text(x) + " are empty");
+      T* y = Y.Allocate({x[0], x[1], x[2], end - start_});
+      const Ort::KernelContext ctx(context);
+      const Status status = channel_slice_cpu(X.DataRaw(), x[3], start_, end - start_, y, x[0] * x[1] * x[2],
+                                              sizeof(T), ort_threads(ctx));
+      if (!status.ok()) return error(status.message(), ORT_RUNTIME_EXCEPTION);
+    } catch (const std::exception& e) {
+      return error(e.what(), ORT_RUNTIME_EXCEPTION);
+    }
+    return Ort::Status{nullptr};
+  }
+
+ private:
+  int64_t start_ = 0, end_ = 0;
+};
+
+template <class T>
 constexpr ONNXTensorElementDataType kOnnxType = Ort::TypeToTensorType<T>::type;
 
 // One variadic input of at least two tensors of T, all of T; one output of T.
@@ -86,13 +130,16 @@ void describe_io(Ort::Custom::OrtLiteCustomOp* op) {
 
 }  // namespace
 
-void add_channel_concat_cpu_ops(OpList* ops) {
+void add_channel_copy_cpu_ops(OpList* ops) {
   ops->emplace_back(
       Ort::Custom::CreateLiteCustomOp<ChannelConcatCpuKernel<float>>(kChannelConcat, "CPUExecutionProvider"));
   describe_io<float>(ops->back().get());
   ops->emplace_back(Ort::Custom::CreateLiteCustomOp<ChannelConcatCpuKernel<Ort::BFloat16_t>>(
       kChannelConcat, "CPUExecutionProvider"));
   describe_io<Ort::BFloat16_t>(ops->back().get());
+  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<ChannelSliceCpuKernel<float>>(kChannelSlice, "CPUExecutionProvider"));
+  ops->emplace_back(
+      Ort::Custom::CreateLiteCustomOp<ChannelSliceCpuKernel<Ort::BFloat16_t>>(kChannelSlice, "CPUExecutionProvider"));
 }
 
 }  // namespace epifuse::ort
