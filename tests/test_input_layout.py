@@ -104,6 +104,17 @@ def test_the_op_transposes_exactly(dtype, np_dtype, shape):
     assert y.dtype == np_dtype and np.array_equal(y, x.transpose(0, 2, 3, 1))
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])  # avx512: 16 pixels a step with permutes, avx2: the plain rows
+@pytest.mark.parametrize("shape", [(1, 3, 224, 224), (2, 3, 5, 48), (1, 3, 3, 17), (1, 3, 2, 15)])
+def test_rgb_float_images_interleave_exactly_on_both_paths(isa, shape, monkeypatch):
+    monkeypatch.setenv("EPIFUSE_CPU_ISA", isa)
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    x.flat[0], x.flat[-1] = np.nan, -np.inf  # moved, never computed
+    sess = ort.InferenceSession(_layout_model(TensorProto.FLOAT, shape).SerializeToString(), session_options(),
+                                providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x.transpose(0, 2, 3, 1))
+
+
 def test_a_non_4d_input_is_an_error_naming_the_node():
     model = _layout_model(TensorProto.FLOAT, (2, 3, 4), name="bad_layout")
     sess = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
