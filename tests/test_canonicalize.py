@@ -199,3 +199,18 @@ def test_a_concat_of_all_the_pieces_alone_becomes_the_tensor():
     out, _ = _canon(model)
     assert "Concat" not in ops(out) and "Split" not in ops(out)
     _same(model, out, [1, 16, 4, 4])
+
+
+def test_a_split_of_sizes_computed_at_run_time_is_not_a_tiling():
+    """The Split's sizes are a graph input: nothing says its pieces tile the tensor as equal parts would."""
+    nodes = [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Split", ["t", "sizes"], ["a", "b"], axis=1),
+             helper.make_node("Concat", ["a", "b"], ["y"], axis=1)]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 4, 4]),
+                                       helper.make_tensor_value_info("sizes", TensorProto.INT64, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    graph = gs.import_onnx(onnx.shape_inference.infer_shapes(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 13)])))
+    report = Report()
+    graph = concat_of_slices(canonicalize(graph, report), report)
+    assert not report.canonicalized["Concat of slices that tile a tensor → the tensor"]
+    assert [n.op for n in graph.nodes] == ["Relu", "Split", "Concat"]

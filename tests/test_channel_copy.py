@@ -15,13 +15,15 @@ from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.report import Report
 from optimizer.runtime import session_options
 from optimizer.verify import verify
-from tests.helpers import ops
+from tests.helpers import cpu_flags, ops
 
 REWRITE = f"channels-last Concat → epifuse::{OP_TYPE} (ort-cpu)"
 SLICE_REWRITE = f"channels-last Slice → epifuse::{SLICE_OP} (ort-cpu)"
 SPLIT_REWRITE = f"channels-last Split → epifuse::{SLICE_OP} an output (ort-cpu)"
 # the copy's paths: AVX-512 (64-byte vectors, a masked tail), AVX2 (32-byte vectors, memcpy's tail)
-ISAS = ["avx512", "avx2"]
+ISAS = [pytest.param("avx512", marks=pytest.mark.skipif(not {"avx512f", "avx512bw", "avx512vl"} <= cpu_flags(),
+                                                       reason="the AVX-512 copy needs AVX-512 with BW and VL")),
+        pytest.param("avx2", marks=pytest.mark.skipif("avx2" not in cpu_flags(), reason="no AVX2"))]
 
 
 def _concat_model(shapes, name="cat", bf16=False):
@@ -263,3 +265,27 @@ def test_yolo_chunks_become_slice_ops_with_the_same_result():
     optimized, _ = optimize_model(original, target="ort-cpu", policy=FusionPolicy(mode="always"))
     assert SLICE_OP in ops(optimized) and not {"Split", "Slice"} & set(ops(optimized))
     assert verify(original, optimized)["passed"]
+
+
+def test_splits_of_run_time_or_uneven_sizes_and_slices_past_the_channels_stay():
+    """Sizes computed at run time, equal parts that do not divide C before opset 18 (an error there, which
+    ORT must report), sizes that do not add up to C, a slice starting at or past C: left to ORT."""
+    def graph_of(nodes, inits=(), extra_inputs=()):
+        inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 10])] + list(extra_inputs)
+        graph = helper.make_graph(nodes, "m", inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                                       for o in nodes[-1].output], list(inits))
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        return gs.import_onnx(onnx.shape_inference.infer_shapes(model))
+
+    run_time = graph_of([helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=3)],
+                        extra_inputs=[helper.make_tensor_value_info("sizes", TensorProto.INT64, [2])])
+    uneven = graph_of([helper.make_node("Split", ["x"], ["a", "b", "c"], axis=3)])
+    short = graph_of([helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=3)],
+                     [onnx.numpy_helper.from_array(np.array([3, 4], np.int64), "sizes")])
+    past = graph_of([helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
+                    [onnx.numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("s", 10), ("e", 12),
+                                                                                          ("a", 3))])
+    for name, graph, op in (("run time", run_time, "Split"), ("uneven", uneven, "Split"), ("short", short, "Split"),
+                            ("past C", past, "Slice")):
+        channel_copy(graph, Report(), "ort-cpu", "fp32")
+        assert [n.op for n in graph.nodes] == [op], name

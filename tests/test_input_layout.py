@@ -13,7 +13,7 @@ from optimizer.passes.input_layout import OP_TYPE
 from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.runtime import session_options
 from optimizer.verify import verify
-from tests.helpers import conv_net, ops
+from tests.helpers import conv_net, cpu_flags, ops
 
 REWRITE = f"few-channel NCHW→NHWC Transpose → epifuse::{OP_TYPE} (ort-cuda)"
 CPU_REWRITE = f"few-channel NCHW→NHWC Transpose → epifuse::{OP_TYPE} (ort-cpu)"
@@ -104,7 +104,8 @@ def test_the_op_transposes_exactly(dtype, np_dtype, shape):
     assert y.dtype == np_dtype and np.array_equal(y, x.transpose(0, 2, 3, 1))
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2"])  # avx512: 16 pixels a step with permutes, avx2: the plain rows
+@pytest.mark.parametrize("isa", [  # avx512: 16 pixels a step with permutes, avx2: the plain rows
+    pytest.param("avx512", marks=pytest.mark.skipif("avx512f" not in cpu_flags(), reason="no AVX-512")), "avx2"])
 @pytest.mark.parametrize("shape", [(1, 3, 224, 224), (2, 3, 5, 48), (1, 3, 3, 17), (1, 3, 2, 15)])
 def test_rgb_float_images_interleave_exactly_on_both_paths(isa, shape, monkeypatch):
     monkeypatch.setenv("EPIFUSE_CPU_ISA", isa)

@@ -134,15 +134,21 @@ def _piece_of(t: gs.Tensor) -> tuple[gs.Tensor, int, int, int] | None:
     if node.op == "Split":
         shape = shape_of(node.inputs[0])
         axis = int(node.attrs.get("axis", 0))
-        sizes = constant_value(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1].name else None
-        if sizes is None and "split" in node.attrs:
-            sizes = np.asarray(node.attrs["split"])
-        if sizes is None:  # equal parts of a known dimension
-            dim = shape[axis] if shape and -len(shape) <= axis < len(shape) else None
-            n = len(node.outputs)
-            if not isinstance(dim, int) or dim % n:
+        dim = shape[axis] if shape and -len(shape) <= axis < len(shape) else None
+        n = len(node.outputs)
+        if len(node.inputs) > 1 and node.inputs[1].name:
+            sizes = constant_value(node.inputs[1])
+            if sizes is None:  # computed at run time
                 return None
+        elif "split" in node.attrs:
+            sizes = np.asarray(node.attrs["split"])
+        elif isinstance(dim, int) and "num_outputs" in node.attrs:  # opset 18: ceil(dim / n), the last the rest
+            part = -(-dim // n)
+            sizes = np.array([min(part, dim - i * part) for i in range(n)])
+        elif isinstance(dim, int) and dim % n == 0:  # equal parts
             sizes = np.full(n, dim // n)
+        else:
+            return None
         index = next(i for i, o in enumerate(node.outputs) if o is t)
         if len(sizes) != len(node.outputs):
             return None

@@ -19,7 +19,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from .. import contract
-from ..graph import constant_value, ensure_domain, inferred_types, make_constant, set_inputs, shape_of
+from ..graph import constant_value, ensure_domain, inferred_types, make_constant, set_inputs, shape_of, unique_name
 from ..report import Report
 
 OP_TYPE = "ChannelConcat"
@@ -49,19 +49,19 @@ def _channel_concat(node: gs.Node, types: dict) -> bool:
 
 
 def _slice_range(node: gs.Node, types: dict) -> tuple[int, int] | None:
-    """(start, end) of channels where `node` is a unit-step Slice of the last axis of a float32 4-D tensor
-    with constant bounds (end clamped to C where C is known), else None."""
+    """(start, end) of channels where `node` is a unit-step Slice of the last axis of a float32 4-D tensor of
+    known C with constant bounds, end clamped to C (as Slice clamps it), at least one channel; else None."""
     if node.op != "Slice" or node.domain not in (None, "", "ai.onnx") or len(node.inputs) < 4:
         return None
     shape = _float_nhwc(node.inputs[0], types)
     values = [constant_value(t) if t.name else None for t in node.inputs[1:4]]
     steps = constant_value(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4].name else np.array([1])
-    if shape is None or any(v is None or v.size != 1 for v in values) or steps is None or steps.size != 1:
+    if shape is None or not isinstance(shape[3], int):
+        return None
+    if any(v is None or v.size != 1 for v in values) or steps is None or steps.size != 1:
         return None
     start, end, axis = (int(v.reshape(())) for v in values)
-    channels = shape[3] if isinstance(shape[3], int) else None
-    if channels is not None:
-        end = min(end, channels)
+    end = min(end, shape[3])
     if int(steps.reshape(())) != 1 or not _last_axis(axis) or start < 0 or end <= start:
         return None
     return start, end
@@ -69,25 +69,26 @@ def _slice_range(node: gs.Node, types: dict) -> tuple[int, int] | None:
 
 def _split_ranges(node: gs.Node, types: dict) -> list[tuple[int, int]] | None:
     """Each output's (start, end) of channels where `node` is a Split of the last axis of a float32 4-D tensor
-    with known sizes, else None."""
+    of known C into constant sizes, else None."""
     if node.op != "Split" or node.domain not in (None, "", "ai.onnx") or not node.inputs:
         return None
     shape = _float_nhwc(node.inputs[0], types)
-    if shape is None or not _last_axis(int(node.attrs.get("axis", 0))):
+    if shape is None or not isinstance(shape[3], int) or not _last_axis(int(node.attrs.get("axis", 0))):
         return None
-    sizes = constant_value(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1].name else None
-    if sizes is None and "split" in node.attrs:
+    channels, n = shape[3], len(node.outputs)
+    if len(node.inputs) > 1 and node.inputs[1].name:
+        sizes = constant_value(node.inputs[1])  # None where computed at run time: left to ORT
+    elif "split" in node.attrs:
         sizes = np.asarray(node.attrs["split"])
-    if sizes is None:  # equal parts (ONNX's rule: the last may be smaller where they do not divide evenly)
-        n, channels = len(node.outputs), shape[3]
-        if not isinstance(channels, int):
-            return None
+    elif "num_outputs" in node.attrs:  # opset 18: ceil(C / n) each, the last what remains
         part = -(-channels // n)
         sizes = np.array([min(part, channels - i * part) for i in range(n)])
-    if len(sizes) != len(node.outputs) or any(int(s) <= 0 for s in sizes):
+    else:  # equal parts, which must divide C
+        sizes = np.full(n, channels // n) if channels % n == 0 else None
+    if sizes is None or len(sizes) != n or any(int(v) <= 0 for v in sizes) or int(np.sum(sizes)) != channels:
         return None
     ends = np.cumsum(sizes)
-    return [(int(e - s), int(e)) for s, e in zip(sizes, ends)]
+    return [(int(e - v), int(e)) for v, e in zip(sizes, ends)]
 
 
 def as_slice(graph: gs.Graph, node: gs.Node) -> None:
@@ -128,8 +129,8 @@ def channel_copy(graph: gs.Graph, report: Report, target: str, precision: str) -
             node.outputs.clear()
             node.inputs.clear()
             for i, (out, (start, end)) in enumerate(zip(outputs, ranges)):
-                graph.nodes.append(gs.Node(SLICE_OP, f"{node.name}_{i}", {"start": start, "end": end}, [x], [out],
-                                           domain=contract.DOMAIN))
+                graph.nodes.append(gs.Node(SLICE_OP, unique_name(graph, f"{node.name}_{i}"),
+                                           {"start": start, "end": end}, [x], [out], domain=contract.DOMAIN))
             report.canonicalized[f"channels-last Split → epifuse::{SLICE_OP} an output ({target})"] += 1
         else:
             continue

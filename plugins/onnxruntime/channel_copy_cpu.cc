@@ -2,7 +2,7 @@
 // Y [N, H, W, C_1 + ... + C_n] = X_1 [N, H, W, C_1], ..., X_n (n >= 2, one element type) joined along the
 // last axis. ChannelSlice: Y [N, H, W, end - start] = X [N, H, W, C] channels [start, min(end, C)). The
 // optimizer writes them for ort-cpu in place of a channels-last region's Concat, Split and Slice along
-// the channels (optimizer/passes/channel_concat.py), which ORT copies a pixel's few channels at a time.
+// the channels (optimizer/passes/channel_copy.py), which ORT copies a pixel's few channels at a time.
 // The core's kernels (plugins/core/channel_copy.h) on ORT's intra-op threads.
 //
 // ChannelConcat's inputs are variadic: the lite API's TensorArray reads no bfloat16 (onnxruntime 1.21's header), so
