@@ -33,6 +33,24 @@ def constant_value(t: gs.Tensor | None) -> np.ndarray | None:
     return None
 
 
+def split_sizes(node: gs.Node, dim: int | None) -> np.ndarray | None:
+    """The sizes of a Split's outputs along its axis, which is `dim` long (None where unknown): its constant
+    `split` input or attribute, else opset 18's `num_outputs` (ceil(dim / n) each, the last what remains) or
+    equal parts, which must divide dim. None where the sizes are computed at run time or cannot be known."""
+    n = len(node.outputs)
+    if len(node.inputs) > 1 and node.inputs[1].name:
+        sizes = constant_value(node.inputs[1])
+        return None if sizes is None else sizes.astype(np.int64).reshape(-1)
+    if "split" in node.attrs:
+        return np.asarray(node.attrs["split"], np.int64)
+    if not isinstance(dim, int):
+        return None
+    if "num_outputs" in node.attrs:
+        part = -(-dim // n)
+        return np.array([min(part, dim - i * part) for i in range(n)], np.int64)
+    return np.full(n, dim // n, np.int64) if dim % n == 0 else None
+
+
 def scalar_value(t: gs.Tensor | None) -> float | None:
     """A constant with exactly one element, as a Python float."""
     v = constant_value(t)

@@ -12,7 +12,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ..graph import (attr_text, constant_value, make_constant, producer, replace_uses, set_inputs, set_outputs,
-                     shape_of, unique_name)
+                     shape_of, split_sizes, unique_name)
 from ..report import Report
 
 
@@ -134,24 +134,10 @@ def _piece_of(t: gs.Tensor) -> tuple[gs.Tensor, int, int, int] | None:
     if node.op == "Split":
         shape = shape_of(node.inputs[0])
         axis = int(node.attrs.get("axis", 0))
-        dim = shape[axis] if shape and -len(shape) <= axis < len(shape) else None
-        n = len(node.outputs)
-        if len(node.inputs) > 1 and node.inputs[1].name:
-            sizes = constant_value(node.inputs[1])
-            if sizes is None:  # computed at run time
-                return None
-        elif "split" in node.attrs:
-            sizes = np.asarray(node.attrs["split"])
-        elif isinstance(dim, int) and "num_outputs" in node.attrs:  # opset 18: ceil(dim / n), the last the rest
-            part = -(-dim // n)
-            sizes = np.array([min(part, dim - i * part) for i in range(n)])
-        elif isinstance(dim, int) and dim % n == 0:  # equal parts
-            sizes = np.full(n, dim // n)
-        else:
+        sizes = split_sizes(node, shape[axis] if shape and -len(shape) <= axis < len(shape) else None)
+        if sizes is None or len(sizes) != len(node.outputs):
             return None
         index = next(i for i, o in enumerate(node.outputs) if o is t)
-        if len(sizes) != len(node.outputs):
-            return None
         start = int(np.sum(sizes[:index]))
         return node.inputs[0], axis, start, start + int(sizes[index])
     return None

@@ -19,7 +19,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from .. import contract
-from ..graph import constant_value, ensure_domain, inferred_types, make_constant, set_inputs, shape_of, unique_name
+from ..graph import (constant_value, ensure_domain, inferred_types, make_constant, set_inputs, shape_of, split_sizes,
+                     unique_name)
 from ..report import Report
 
 OP_TYPE = "ChannelConcat"
@@ -75,17 +76,8 @@ def _split_ranges(node: gs.Node, types: dict) -> list[tuple[int, int]] | None:
     shape = _float_nhwc(node.inputs[0], types)
     if shape is None or not isinstance(shape[3], int) or not _last_axis(int(node.attrs.get("axis", 0))):
         return None
-    channels, n = shape[3], len(node.outputs)
-    if len(node.inputs) > 1 and node.inputs[1].name:
-        sizes = constant_value(node.inputs[1])  # None where computed at run time: left to ORT
-    elif "split" in node.attrs:
-        sizes = np.asarray(node.attrs["split"])
-    elif "num_outputs" in node.attrs:  # opset 18: ceil(C / n) each, the last what remains
-        part = -(-channels // n)
-        sizes = np.array([min(part, channels - i * part) for i in range(n)])
-    else:  # equal parts, which must divide C
-        sizes = np.full(n, channels // n) if channels % n == 0 else None
-    if sizes is None or len(sizes) != n or any(int(v) <= 0 for v in sizes) or int(np.sum(sizes)) != channels:
+    sizes = split_sizes(node, shape[3])  # None where computed at run time: left to ORT
+    if sizes is None or len(sizes) != len(node.outputs) or sizes.min() <= 0 or int(sizes.sum()) != shape[3]:
         return None
     ends = np.cumsum(sizes)
     return [(int(e - v), int(e)) for v, e in zip(sizes, ends)]
