@@ -5,9 +5,7 @@
 #include <sstream>
 
 namespace epifuse {
-namespace {
-
-std::string join(const std::vector<int64_t>& v) {
+std::string dims_text(const Dims& v) {
   std::ostringstream os;
   os << '[';
   for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
@@ -15,10 +13,12 @@ std::string join(const std::vector<int64_t>& v) {
   return os.str();
 }
 
+namespace {
+
 Status check_length(const char* name, const std::vector<int64_t>& v, size_t n) {
   if (v.size() == n) return Status::Ok();
   return Status::Error(std::string("attribute '") + name + "' needs " + std::to_string(n) +
-                       " values, got " + join(v));
+                       " values, got " + dims_text(v));
 }
 
 }  // namespace
@@ -157,13 +157,13 @@ constexpr int64_t kMaxAttribute = std::numeric_limits<int32_t>::max();
 
 Status validate_attributes(const ConvAttributes& a) {
   if (a.stride_h < 1 || a.stride_w < 1 || a.stride_h > kMaxAttribute || a.stride_w > kMaxAttribute)
-    return Status::Error("strides must be in [1, 2^31 - 1], got " + join({a.stride_h, a.stride_w}));
+    return Status::Error("strides must be in [1, 2^31 - 1], got " + dims_text({a.stride_h, a.stride_w}));
   if (a.dil_h < 1 || a.dil_w < 1 || a.dil_h > kMaxAttribute || a.dil_w > kMaxAttribute)
-    return Status::Error("dilations must be in [1, 2^31 - 1], got " + join({a.dil_h, a.dil_w}));
+    return Status::Error("dilations must be in [1, 2^31 - 1], got " + dims_text({a.dil_h, a.dil_w}));
   for (int64_t pad : {a.pad_top, a.pad_left, a.pad_bottom, a.pad_right})
     if (pad < 0 || pad > kMaxAttribute)
       return Status::Error("pads must be in [0, 2^31 - 1], got " +
-                           join({a.pad_top, a.pad_left, a.pad_bottom, a.pad_right}));
+                           dims_text({a.pad_top, a.pad_left, a.pad_bottom, a.pad_right}));
   if (a.group < 1 || a.group > kMaxAttribute)
     return Status::Error("group must be in [1, 2^31 - 1], got " + std::to_string(a.group));
   return Status::Ok();
@@ -203,8 +203,8 @@ Status validate(const ConvProblem& p) {
 
 Status bind_shapes(const ConvAttributes& a, DType dtype, const Dims& x, const Dims& w,
                    const Dims* b, bool has_z, const Dims* z, ConvProblem* out) {
-  if (x.size() != 4) return Status::Error("input X must be 4-D [N, H, W, C], got shape " + join(x));
-  if (w.size() != 4) return Status::Error("input W must be 4-D [K, R, S, C/group], got shape " + join(w));
+  if (x.size() != 4) return Status::Error("input X must be 4-D [N, H, W, C], got shape " + dims_text(x));
+  if (w.size() != 4) return Status::Error("input W must be 4-D [K, R, S, C/group], got shape " + dims_text(w));
   EPIFUSE_RETURN_IF_ERROR(check_residual_input(a.residual, has_z));
   ConvProblem p;
   p.dtype = dtype;
@@ -213,16 +213,16 @@ Status bind_shapes(const ConvAttributes& a, DType dtype, const Dims& x, const Di
   p.K = w[0], p.R = w[1], p.S = w[2];
   EPIFUSE_RETURN_IF_ERROR(validate(p));
   if (p.C != -1 && w[3] != -1 && w[3] * a.group != p.C)
-    return Status::Error("W shape " + join(w) + " does not match C = " + std::to_string(p.C) +
+    return Status::Error("W shape " + dims_text(w) + " does not match C = " + std::to_string(p.C) +
                          " with group " + std::to_string(a.group) + " (expected last dim C/group = " +
                          std::to_string(p.C / a.group) + ")");
   if (b && !(b->size() == 1 && ((*b)[0] == -1 || p.K == -1 || (*b)[0] == p.K)))
-    return Status::Error("input B must have shape [K] = [" + std::to_string(p.K) + "], got " + join(*b));
+    return Status::Error("input B must have shape [K] = [" + std::to_string(p.K) + "], got " + dims_text(*b));
   if (z) {
     const Dims expect = {p.N, p.H == -1 || p.R == -1 ? -1 : p.P(), p.W == -1 || p.S == -1 ? -1 : p.Q(), p.K};
     bool match = z->size() == 4;
     for (size_t i = 0; match && i < 4; ++i) match = (*z)[i] == -1 || expect[i] == -1 || (*z)[i] == expect[i];
-    if (!match) return Status::Error("input Z must have shape [N, P, Q, K] = " + join(expect) + ", got " + join(*z));
+    if (!match) return Status::Error("input Z must have shape [N, P, Q, K] = " + dims_text(expect) + ", got " + dims_text(*z));
   }
   *out = p;
   return Status::Ok();

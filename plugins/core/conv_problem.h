@@ -70,6 +70,9 @@ struct ConvProblem {
 
 using Dims = std::vector<int64_t>;
 
+// "[1, 3, 224, 224]": a shape or a list of attribute values in an error message.
+std::string dims_text(const Dims& v);
+
 const char* dtype_name(DType t);
 const char* residual_name(Residual r);
 

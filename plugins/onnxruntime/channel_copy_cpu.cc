@@ -22,12 +22,6 @@ namespace {
 constexpr const char* kChannelConcat = "ChannelConcat";
 constexpr const char* kChannelSlice = "ChannelSlice";
 
-std::string shape_text(const Dims& d) {
-  std::string text = "[";
-  for (size_t i = 0; i < d.size(); ++i) text += (i ? ", " : "") + std::to_string(d[i]);
-  return text + "]";
-}
-
 template <class T>
 struct ChannelConcatCpuKernel : NamedNode {
   ChannelConcatCpuKernel(const OrtApi*, const OrtKernelInfo* info)
@@ -48,13 +42,13 @@ struct ChannelConcatCpuKernel : NamedNode {
       for (size_t k = 0; k < n; ++k) {
         const Ort::ConstValue v = ctx.GetInput(k);
         const Dims d = v.GetTensorTypeAndShapeInfo().GetShape();
-        if (d.size() != 4) return error("input " + std::to_string(k) + " must be 4-D [N, H, W, C], got " + shape_text(d));
+        if (d.size() != 4) return error("input " + std::to_string(k) + " must be 4-D [N, H, W, C], got " + dims_text(d));
         if (k == 0) {
           out = d;
           out[3] = 0;
         } else if (d[0] != out[0] || d[1] != out[1] || d[2] != out[2]) {
-          return error("input " + std::to_string(k) + " " + shape_text(d) + " differs from input 0 in N, H or W " +
-                       shape_text({out[0], out[1], out[2]}));
+          return error("input " + std::to_string(k) + " " + dims_text(d) + " differs from input 0 in N, H or W " +
+                       dims_text({out[0], out[1], out[2]}));
         }
         x[k] = v.GetTensorRawData();
         channels[k] = d[3];
@@ -92,11 +86,11 @@ struct ChannelSliceCpuKernel : NamedNode {
   Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, Tensor<T>& Y) {
     try {
       const Dims& x = X.Shape();
-      if (x.size() != 4) return error("X must be 4-D [N, H, W, C], got " + shape_text(x));
+      if (x.size() != 4) return error("X must be 4-D [N, H, W, C], got " + dims_text(x));
       const int64_t end = std::min(end_, x[3]);
       if (end <= start_)
         return error("channels [" + std::to_string(start_) + ", " + std::to_string(end_) + ") of X " +
-                     shape_text(x) + " are empty");
+                     dims_text(x) + " are empty");
       T* y = Y.Allocate({x[0], x[1], x[2], end - start_});
       const Ort::KernelContext ctx(context);
       const Status status = channel_slice_cpu(X.DataRaw(), x[3], start_, end - start_, y, x[0] * x[1] * x[2],

@@ -27,7 +27,7 @@ struct ChannelScaleCpuKernel : NamedNode {
       const Dims& s = S.Shape();
       if (x.size() != 4) return error("X must be 4-D [N, H, W, C], got rank " + std::to_string(x.size()));
       if (s.size() != 4 || s[1] != 1 || s[2] != 1 || s[3] != x[3] || (s[0] != 1 && s[0] != x[0]))
-        return error("S must be [N or 1, 1, 1, C] for X " + shape_text(x) + ", got " + shape_text(s));
+        return error("S must be [N or 1, 1, 1, C] for X " + dims_text(x) + ", got " + dims_text(s));
       T* y = Y.Allocate(x);
       const Ort::KernelContext ctx(context);
       const Status status = channel_scale_cpu(reinterpret_cast<const Core*>(X.Data()), reinterpret_cast<const Core*>(S.Data()),
@@ -38,13 +38,6 @@ struct ChannelScaleCpuKernel : NamedNode {
       return error(e.what(), ORT_RUNTIME_EXCEPTION);
     }
     return Ort::Status{nullptr};
-  }
-
- private:
-  static std::string shape_text(const Dims& d) {
-    std::string text = "[";
-    for (size_t i = 0; i < d.size(); ++i) text += (i ? ", " : "") + std::to_string(d[i]);
-    return text + "]";
   }
 };
 
