@@ -101,6 +101,16 @@ SLICES = [
 WARM_RUNS = 100  # a new session's first runs of a small op read up to 1.5x slower
 
 
+def _micro_model(nodes: list, feeds: dict[str, np.ndarray], inits: list = ()) -> bytes:
+    """A model of `nodes` reading float32 inputs named and shaped as `feeds`, writing "y" (epifuse's domain
+    imported), serialized."""
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(a.shape)) for name, a in feeds.items()]
+    graph = helper.make_graph(nodes, "micro", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              list(inits))
+    return helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17),
+                                                                 helper.make_opsetid("epifuse", 1)]).SerializeToString()
+
+
 def _timed_in_blocks(models: dict, feeds: dict, options, runs: int, blocks: int = 4) -> dict[str, float]:
     """Each model's median wall time (µs): `blocks` blocks a side in turn, each block in a session of its
     own, opened after the previous side's is closed (no other pool spins), its pool spinning between runs
@@ -127,16 +137,9 @@ def scale_table(runs: int) -> list[str]:
         models = {"ort": ("Mul", "", x, s), "epifuse": (SCALE_OP, "epifuse", x, s),
                   "nchw": ("Mul", "", np.ascontiguousarray(x.transpose(0, 3, 1, 2)), s.reshape(1, c, 1, 1))}
         for threads in (None, 1):
-            serialized, feeds = {}, {}
-            for side, (op, domain, xs, ss) in models.items():
-                graph = helper.make_graph(
-                    [helper.make_node(op, ["x", "s"], ["y"], domain=domain)], "scale",
-                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs.shape)),
-                     helper.make_tensor_value_info("s", TensorProto.FLOAT, list(ss.shape))],
-                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(xs.shape))])
-                serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
-                    helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
-                feeds[side] = {"x": xs, "s": ss}
+            feeds = {side: {"x": xs, "s": ss} for side, (_, _, xs, ss) in models.items()}
+            serialized = {side: _micro_model([helper.make_node(op, ["x", "s"], ["y"], domain=domain)], feeds[side])
+                          for side, (op, domain, _, _) in models.items()}
 
             def options(threads=threads):
                 return session_options(threads=threads)
@@ -167,14 +170,8 @@ def mean_table(runs: int) -> list[str]:
             "nchw": ([helper.make_node("GlobalAveragePool", ["x"], ["y"])], [],
                      np.ascontiguousarray(x.transpose(0, 3, 1, 2))),
         }
-        serialized, feeds = {}, {}
-        for side, (nodes, inits, xs) in sides.items():
-            x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xs.shape))
-            y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-            graph = helper.make_graph(nodes, "mean", [x_info], [y_info], inits)
-            serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
-                helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
-            feeds[side] = {"x": xs}
+        feeds = {side: {"x": xs} for side, (_, _, xs) in sides.items()}
+        serialized = {side: _micro_model(nodes, feeds[side], inits) for side, (nodes, inits, _) in sides.items()}
         expected = x.astype(np.float64).mean(axis=(1, 2), keepdims=True)
         check = ort.InferenceSession(serialized["epifuse"], session_options(), providers=["CPUExecutionProvider"])
         np.testing.assert_allclose(check.run(None, feeds["epifuse"])[0], expected, rtol=1e-5, atol=1e-6)
@@ -196,15 +193,11 @@ def norm_table(runs: int) -> list[str]:
         x = rng.standard_normal(shape).astype(np.float32)
         inits = [onnx.numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), what)
                  for what in ("scale", "bias")]
-        serialized = {}
-        for side, node in (("ort", helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1,
-                                                     epsilon=1e-6)),
-                           ("epifuse", helper.make_node(NORM_OP, ["x", "scale", "bias"], ["y"], domain="epifuse",
-                                                         epsilon=1e-6))):
-            graph = helper.make_graph([node], "norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))], inits)
-            serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
-                helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
+        serialized = {
+            "ort": _micro_model([helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1,
+                                                  epsilon=1e-6)], {"x": x}, inits),
+            "epifuse": _micro_model([helper.make_node(NORM_OP, ["x", "scale", "bias"], ["y"], domain="epifuse",
+                                                      epsilon=1e-6)], {"x": x}, inits)}
         feeds = {side: {"x": x} for side in serialized}
         results = [ort.InferenceSession(serialized[side], session_options(), providers=["CPUExecutionProvider"])
                    .run(None, {"x": x})[0] for side in ("ort", "epifuse")]
@@ -230,12 +223,8 @@ def concat_table(runs: int) -> list[str]:
                 ("epifuse", helper.make_node(CONCAT_OP, names, ["y"], domain="epifuse"), xs),
                 ("nchw", helper.make_node("Concat", names, ["y"], axis=1),
                  [np.ascontiguousarray(x.transpose(0, 3, 1, 2)) for x in xs])):
-            graph = helper.make_graph([node], "concat", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(x.shape))
-                                                         for n, x in zip(names, data)],
-                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-            serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
-                helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
             feeds[side] = dict(zip(names, data))
+            serialized[side] = _micro_model([node], feeds[side])
         check = ort.InferenceSession(serialized["epifuse"], session_options(), providers=["CPUExecutionProvider"])
         assert np.array_equal(check.run(None, feeds["epifuse"])[0], np.concatenate(xs, axis=3))
         del check
@@ -259,12 +248,8 @@ def slice_table(runs: int) -> list[str]:
                 ("epifuse", helper.make_node(SLICE_OP, ["x"], ["y"], domain="epifuse", start=start, end=end), x, []),
                 ("nchw", helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"]),
                  np.ascontiguousarray(x.transpose(0, 3, 1, 2)), bounds(1))):
-            graph = helper.make_graph([node], "slice", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                                      list(data.shape))],
-                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-            serialized[side] = helper.make_model(graph, ir_version=9, opset_imports=[
-                helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)]).SerializeToString()
             feeds[side] = {"x": data}
+            serialized[side] = _micro_model([node], feeds[side], inits)
         check = ort.InferenceSession(serialized["epifuse"], session_options(), providers=["CPUExecutionProvider"])
         assert np.array_equal(check.run(None, feeds["epifuse"])[0], x[..., start:end])
         del check
@@ -273,14 +258,6 @@ def slice_table(runs: int) -> list[str]:
             lines.append(f"| {name} | 1x{h}x{h}x{c}, [{start}, {end}) | {threads or 'default'} | {us['ort']:.0f} | "
                          f"{us['epifuse']:.0f} | {us['ort'] / us['epifuse']:.2f}x | {us['nchw']:.0f} |")
     return lines
-
-
-def _model(node: onnx.NodeProto, shape) -> bytes:
-    n, c, h, w = shape
-    graph = helper.make_graph([node], "layout", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, h, w, c])])
-    return helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17),
-                                                                 helper.make_opsetid("epifuse", 1)]).SerializeToString()
 
 
 def main() -> int:
@@ -303,7 +280,8 @@ def main() -> int:
             "ort": helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1]),
             "epifuse": helper.make_node(OP_TYPE, ["x"], ["y"], domain="epifuse"),
         }
-        sessions = {side: ort.InferenceSession(_model(node, shape), session_options(), providers=["CPUExecutionProvider"])
+        sessions = {side: ort.InferenceSession(_micro_model([node], {"x": x}), session_options(),
+                                               providers=["CPUExecutionProvider"])
                     for side, node in sides.items()}
         expected = x.transpose(0, 2, 3, 1)
         for side, session in sessions.items():
