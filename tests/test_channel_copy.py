@@ -26,21 +26,30 @@ ISAS = [pytest.param("avx512", marks=pytest.mark.skipif(not {"avx512f", "avx512b
         pytest.param("avx2", marks=pytest.mark.skipif("avx2" not in cpu_flags(), reason="no AVX2"))]
 
 
-def _concat_model(shapes, name="cat", bf16=False):
-    """ChannelConcat of inputs x0, x1, ... of `shapes`; on bfloat16 data fed and read as float through Casts."""
+def _op_model(op, shapes, name, bf16=False, **attrs):
+    """The library op `op` of inputs x0, x1, ... of `shapes`; on bfloat16 data fed and read as float through
+    Casts."""
     inputs = [f"x{i}" for i in range(len(shapes))]
     nodes, data = [], inputs
     if bf16:
         nodes += [helper.make_node("Cast", [x], [f"{x}b"], to=TensorProto.BFLOAT16) for x in inputs]
         data = [f"{x}b" for x in inputs]
-    nodes.append(helper.make_node(OP_TYPE, data, ["yb" if bf16 else "y"], name=name, domain="epifuse"))
+    nodes.append(helper.make_node(op, data, ["yb" if bf16 else "y"], name=name, domain="epifuse", **attrs))
     if bf16:
         nodes.append(helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT))
-    graph = helper.make_graph(nodes, "concat", [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(s))
+    graph = helper.make_graph(nodes, "op", [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(s))
                                                 for x, s in zip(inputs, shapes)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     return helper.make_model(graph, ir_version=9,
                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
+
+
+def _concat_model(shapes, name="cat", bf16=False):
+    return _op_model(OP_TYPE, shapes, name, bf16)
+
+
+def _slice_model(shape, start, end, name="slice", bf16=False):
+    return _op_model(SLICE_OP, [shape], name, bf16, start=start, end=end)
 
 
 def _run(model, xs, threads=None):
@@ -149,21 +158,6 @@ def test_concats_of_other_axes_ranks_or_constants_stay():
         assert [n.op for n in graph.nodes] == ["Concat"], (shapes, axis, constant)
 
 
-def _slice_model(shape, start, end, name="slice", bf16=False):
-    nodes, data = [], "x"
-    if bf16:
-        nodes.append(helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16))
-        data = "xb"
-    nodes.append(helper.make_node(SLICE_OP, [data], ["yb" if bf16 else "y"], name=name, domain="epifuse",
-                                  start=start, end=end))
-    if bf16:
-        nodes.append(helper.make_node("Cast", ["yb"], ["y"], to=TensorProto.FLOAT))
-    graph = helper.make_graph(nodes, "slice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    return helper.make_model(graph, ir_version=9,
-                             opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("epifuse", 1)])
-
-
 SLICES = [((2, 5, 7, 32), 16, 32),           # the second half: whole 64-byte rows
           ((1, 3, 4, 37), 5, 22),            # odd start and length: tails
           ((1, 160, 160, 32), 0, 16),        # several threads' pieces
@@ -181,27 +175,20 @@ def test_the_slice_op_copies_exactly(isa, shape, start, end, monkeypatch):
     if x.size:
         x.flat[0], x.flat[-1] = np.nan, np.inf
     for threads in (1, 2):
-        sess = ort.InferenceSession(_slice_model(shape, start, end).SerializeToString(), session_options(threads=threads),
-                                    providers=["CPUExecutionProvider"])
-        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x[..., start:end])
-    sess = ort.InferenceSession(_slice_model(shape, start, end, bf16=True).SerializeToString(), session_options(),
-                                providers=["CPUExecutionProvider"])
+        np.testing.assert_array_equal(_run(_slice_model(shape, start, end), [x], threads), x[..., start:end])
     expected = x[..., start:end].astype(ml_dtypes.bfloat16).astype(np.float32)
-    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], expected)
+    np.testing.assert_array_equal(_run(_slice_model(shape, start, end, bf16=True), [x]), expected)
 
 
 def test_a_slice_past_the_channels_is_an_error_naming_the_node():
-    sess = ort.InferenceSession(_slice_model((1, 4, 4, 8), 8, 12, name="bad_slice").SerializeToString(),
-                                session_options(), providers=["CPUExecutionProvider"])
     with pytest.raises(Exception, match=r"epifuse::ChannelSlice node 'bad_slice'.*\[8, 12\).*\[1, 4, 4, 8\]"):
-        sess.run(None, {"x": np.zeros((1, 4, 4, 8), np.float32)})
+        _run(_slice_model((1, 4, 4, 8), 8, 12, name="bad_slice"), [np.zeros((1, 4, 4, 8), np.float32)])
 
 
 @pytest.mark.parametrize("start,end", [(-1, 4), (4, 4)])
 def test_a_slice_of_no_channels_fails_at_session_creation(start, end):
     with pytest.raises(Exception, match=r"ChannelSlice node 'slice'"):
-        ort.InferenceSession(_slice_model((1, 4, 4, 8), start, end).SerializeToString(), session_options(),
-                             providers=["CPUExecutionProvider"])
+        _run(_slice_model((1, 4, 4, 8), start, end), [np.zeros((1, 4, 4, 8), np.float32)])
 
 
 def _nhwc_chunk_model(form):
