@@ -10,6 +10,7 @@ import pytest
 from models import zoo
 from optimizer import contract
 from optimizer.cli import main
+from optimizer.passes.conv_mean import OP_TYPE as CONV_MEAN
 from optimizer.passes.layout import ELEMENTWISE, GLOBAL_POOLS, REDUCTIONS
 from optimizer.passes.load import validate
 from optimizer.passes.matmul_as_conv import REWRITE as MATMUL_AS_CONV
@@ -28,6 +29,7 @@ ACTIVATION_OPS = {"Relu", "LeakyRelu", "Elu", "Softplus", "Sigmoid", "Tanh", "Ha
 # fp16/bf16: unit roundoff 2^-11 / 2^-8 per rounding of weights, activations and each layer's
 # output; through these ≤ 20-layer nets the relative L2 error stays an order below these bounds.
 TOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 5e-2}
+FUSED = {contract.OP_TYPE, CONV_MEAN}  # a conv with its channel mean on ort-cpu is FusedConvMean
 AGNOSTIC = ELEMENTWISE | REDUCTIONS | set(GLOBAL_POOLS) | {"Concat", "Split", "Slice", "Pad", "Resize", "Transpose"}
 
 
@@ -57,7 +59,7 @@ def _transposes_inside_regions(model: onnx.ModelProto) -> list[str]:
         if n is None or tensor in inputs or id(n) in seen:
             return n is not None and id(n) in seen
         seen.add(id(n))
-        if n.op_type == contract.OP_TYPE:
+        if n.op_type in FUSED:
             return True
         return n.op_type in AGNOSTIC and all(up_only_fused(i, seen) for i in n.input)
 
@@ -68,7 +70,7 @@ def _transposes_inside_regions(model: onnx.ModelProto) -> list[str]:
             if id(c) in seen:
                 continue
             seen.add(id(c))
-            if c.op_type == contract.OP_TYPE:
+            if c.op_type in FUSED:
                 continue
             if c.op_type not in AGNOSTIC or not all(down_only_fused(o, seen) for o in c.output):
                 return False
@@ -88,7 +90,7 @@ def test_zoo_model_fp32(name):
     assert "Conv" not in ops
     assert report.canonicalized[MATMUL_AS_CONV] == MATMULS_AS_CONVS.get(name, 0)
     convs = [n.op_type for n in original.graph.node].count("Conv")
-    assert ops.count(contract.OP_TYPE) == convs + MATMULS_AS_CONVS.get(name, 0)
+    assert sum(ops.count(op) for op in FUSED) == convs + MATMULS_AS_CONVS.get(name, 0)
     left = {op: ops.count(op) for op in ACTIVATION_OPS if ops.count(op)}
     assert left == UNFUSED_ACTIVATIONS[name]
     assert _transposes_inside_regions(optimized) == []

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <new>
 
+#include "channel_mean.h"
 #include "tuning_cache.h"
 
 namespace epifuse {
@@ -174,6 +175,27 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
     if (!refused) return Status::Ok();
   }
   return reference_fused_conv(p, x, w, b, z, y, parallel_for);
+}
+
+Status CpuFusedConv::run_with_mean(const ConvProblem& p, const void* x, const void* w, bool w_constant,
+                                   const void* b, const void* z, void* y, void* mean,
+                                   const ParallelFor& parallel_for) {
+  if (p.dtype != DType::kFloat && p.dtype != DType::kBFloat16)
+    return Status::Error(std::string("the channel mean has no ") + dtype_name(p.dtype) + " kernel");
+  if (kernel_ != CpuKernel::kReference) {
+    bool empty = false;
+    EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
+    DirectConv* direct = nullptr;
+    if (!empty) EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for, &direct));
+    if (direct == &depthwise_) return depthwise_.run_with_mean(p, x, w, w_constant, b, z, y, mean, parallel_for);
+  }
+  // any other kernel: the mean a pass over its output
+  EPIFUSE_RETURN_IF_ERROR(run(p, x, w, w_constant, b, z, y, parallel_for));
+  const int64_t pixels = p.P() * p.Q();
+  if (p.dtype == DType::kFloat)
+    return channel_mean_cpu(static_cast<const float*>(y), static_cast<float*>(mean), p.N, pixels, p.K, parallel_for);
+  return channel_mean_cpu(static_cast<const bfloat16_t*>(y), static_cast<bfloat16_t*>(mean), p.N, pixels, p.K,
+                          parallel_for);
 }
 
 Status CpuFusedConv::kernel_name(const ConvProblem& p, std::string* name) {

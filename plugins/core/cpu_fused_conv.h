@@ -34,6 +34,10 @@ class CpuFusedConv {
   // initializer), so their reordered or transformed copy is kept.
   Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
              const void* z, void* y, const ParallelFor& parallel_for);
+  // As run, and the mean of y over its rows and columns into `mean` ([N][K], float or bfloat16 as p):
+  // summed in the depthwise kernel's registers where that kernel runs p, else a pass over y.
+  Status run_with_mean(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+                       const void* z, void* y, void* mean, const ParallelFor& parallel_for);
 
   // What runs `p` (every dimension known): "winograd F(2x2,3x3) avx512" (or avx2), "depthwise direct avx512"
   // (or avx2), "onednn <implementation>" or "reference". Where a direct kernel and oneDNN both can, this

@@ -79,10 +79,12 @@ namespace {
 
 // Output rows of `g` in pieces on the caller's threads, the data of element type T. Where the rows are
 // too few to even out the threads' ends (7x7 maps: 7 rows on 2 threads), each row's channels are cut
-// into groups of whole vectors too.
+// into groups of whole vectors too. Where `mean` ([N][C] of T), the output's mean over its rows and
+// columns too: each piece of rows sums its outputs in registers into sums of its own, which the calling
+// thread adds in a fixed order (the result does not depend on the thread count).
 template <class T, class OutputRow>
 void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRow output_row, const void* x, const float* f,
-              const float* b, const void* z, void* y) {
+              const float* b, const void* z, void* y, T* mean) {
   const int64_t rows = g.N * g.P, vectors = g.Cp / g.lanes;
   const int64_t wanted = hardware_threads() * kPiecesPerThread;
   const int64_t groups = rows >= wanted ? 1 : std::min(vectors, (wanted + rows - 1) / rows);
@@ -90,22 +92,40 @@ void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRow outp
   const int64_t channel_groups = (vectors + group_vectors - 1) / group_vectors;
   const int64_t per_piece = std::max<int64_t>(1, rows * channel_groups / wanted);
   const int64_t row_pieces = (rows + per_piece - 1) / per_piece;
+  // the sums of row piece i and image n: Cp floats at sums + (i * N + n) * Cp, zero where a piece has no rows
+  std::vector<float> storage;
+  float* sums = mean ? aligned(storage, row_pieces * g.N * g.Cp) : nullptr;
+  if (sums) std::fill(sums, sums + row_pieces * g.N * g.Cp, 0.f);
   parallel_for(row_pieces * channel_groups, [&](int64_t i) {
-    const int64_t first = (i / channel_groups) * per_piece, group = i % channel_groups;
+    const int64_t piece = i / channel_groups, group = i % channel_groups, first = piece * per_piece;
     const int64_t c_lo = group * group_vectors * g.lanes, c_hi = std::min(g.Cp, c_lo + group_vectors * g.lanes);
-    for (int64_t row = first; row < std::min(rows, first + per_piece); ++row)
-      output_row(g, static_cast<const T*>(x), f, b, static_cast<const T*>(z), row / g.P, row % g.P, c_lo, c_hi,
-                 static_cast<T*>(y));
+    for (int64_t row = first; row < std::min(rows, first + per_piece); ++row) {
+      const int64_t n = row / g.P;
+      output_row(g, static_cast<const T*>(x), f, b, static_cast<const T*>(z), n, row % g.P, c_lo, c_hi,
+                 static_cast<T*>(y), sums ? sums + (piece * g.N + n) * g.Cp : nullptr);
+    }
   });
+  if (!mean) return;
+  for (int64_t piece = 1; piece < row_pieces; ++piece)  // into piece 0's sums, a channel row at a time
+    for (int64_t i = 0; i < g.N * g.Cp; ++i) sums[i] += sums[piece * g.N * g.Cp + i];
+  const float scale = 1.f / static_cast<float>(g.P * g.Q);
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t c = 0; c < g.C; ++c) mean[n * g.C + c] = from_float<T>(sums[n * g.Cp + c] * scale);
 }
 
 }  // namespace
 
 Status DepthwiseConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
                           const void* z, void* y, const ParallelFor& parallel_for) {
+  return run_with_mean(p, x, w, w_constant, b, z, y, nullptr, parallel_for);
+}
+
+Status DepthwiseConv::run_with_mean(const ConvProblem& p, const void* x, const void* w, bool w_constant,
+                                    const void* b, const void* z, void* y, void* mean,
+                                    const ParallelFor& parallel_for) {
   if (!supports(p)) return Status::Error("the depthwise kernel does not run this problem");
   const Geometry g(p, simd::lanes_of(isa_));
-  if (g.N * g.P == 0 || g.Q == 0) return Status::Ok();
+  if (g.N * g.P == 0 || g.Q == 0) return Status::Ok();  // an empty output has no mean to write: the caller's
 
   const bool bf16 = p.dtype == DType::kBFloat16;
   const auto value = [bf16](const void* data, int64_t i) {
@@ -120,10 +140,11 @@ Status DepthwiseConv::run(const ConvProblem& p, const void* x, const void* w, bo
   if (bf16) {  // the bias in fp32, as the filters
     std::vector<float> bias(static_cast<size_t>(g.C));
     for (int64_t c = 0; c < g.C; ++c) bias[c] = value(b, c);
-    run_rows<bfloat16_t>(g, parallel_for, avx512_bf16::output_row, x, f, bias.data(), z, y);
+    run_rows<bfloat16_t>(g, parallel_for, avx512_bf16::output_row, x, f, bias.data(), z, y,
+                         static_cast<bfloat16_t*>(mean));
   } else {
     run_rows<float>(g, parallel_for, isa_ == VectorIsa::kAvx512 ? avx512::output_row : avx2::output_row, x, f,
-                    static_cast<const float*>(b), z, y);
+                    static_cast<const float*>(b), z, y, static_cast<float*>(mean));
   }
   return Status::Ok();
 }

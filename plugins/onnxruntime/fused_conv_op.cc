@@ -1,5 +1,6 @@
 // ONNX Runtime custom-op library for epifuse::FusedConv: the CPUExecutionProvider kernel (float,
-// float16, bfloat16) and, in CUDA builds, the CUDAExecutionProvider kernel (fused_conv_cuda.cc).
+// float16, bfloat16; and FusedConvMean, FusedConv with its output's channel mean) and, in CUDA builds,
+// the CUDAExecutionProvider kernel (fused_conv_cuda.cc).
 // API glue only: attribute parsing, validation and the kernels live in plugins/core and
 // plugins/kernels. Built against the oldest supported ORT headers with ORT_API_MANUAL_INIT and
 // without linking libonnxruntime: the host process supplies the API table through
@@ -18,7 +19,8 @@ namespace {
 
 template <class T>
 struct FusedConvCpuKernel {
-  FusedConvCpuKernel(const OrtApi*, const OrtKernelInfo* info) : node_(info) {
+  FusedConvCpuKernel(const OrtApi*, const OrtKernelInfo* info, const char* op_type = "FusedConv")
+      : node_(info, op_type) {
     int constant = 0;
     try {
       Ort::ConstKernelInfo(info).GetTensorConstantInput(1, &constant);
@@ -47,16 +49,51 @@ struct FusedConvCpuKernel {
     return Ort::Status{nullptr};
   }
 
- private:
+ protected:
   NodeAttributes<T> node_;
   bool w_constant_ = false;  // W is an initializer: its reordered copy is made once
   epifuse::CpuFusedConv cpu_;
+};
+
+constexpr const char* kFusedConvMean = "FusedConvMean";
+
+// epifuse::FusedConvMean (CPU, float and bfloat16): FusedConv, and M [N, 1, 1, K], the mean of Y over its rows
+// and columns: a depthwise conv and the squeeze-excite pool that reads its output, one node
+// (optimizer/passes/conv_mean.py), the pool summed in the depthwise kernel's registers.
+template <class T>
+struct FusedConvMeanCpuKernel : FusedConvCpuKernel<T> {
+  FusedConvMeanCpuKernel(const OrtApi* api, const OrtKernelInfo* info)
+      : FusedConvCpuKernel<T>(api, info, kFusedConvMean) {}
+
+  Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B,
+                      std::optional<const Tensor<T>*> Z, Tensor<T>& Y, Tensor<T>& M) {
+    auto& node = this->node_;
+    try {
+      const Tensor<T>* z = node.residual(Z);
+      epifuse::ConvProblem p;
+      Status s = node.bind(X, W, B, z, &p);
+      if (s.ok()) {
+        T* y = Y.Allocate({p.N, p.P(), p.Q(), p.K});
+        T* m = M.Allocate({p.N, 1, 1, p.K});
+        const Ort::KernelContext ctx(context);
+        s = this->cpu_.run_with_mean(p, X.DataRaw(), W.DataRaw(), this->w_constant_, B.DataRaw(),
+                                     z ? z->DataRaw() : nullptr, y, m, ort_threads(ctx));
+      }
+      if (!s.ok()) return node.error(s.message());
+    } catch (const std::exception& e) {
+      return node.error(e.what(), ORT_RUNTIME_EXCEPTION);
+    }
+    return Ort::Status{nullptr};
+  }
 };
 
 }  // namespace
 
 void add_cpu_ops(OpList* ops) {
   add_typed_ops<FusedConvCpuKernel>(ops, "CPUExecutionProvider");
+  ops->emplace_back(Ort::Custom::CreateLiteCustomOp<FusedConvMeanCpuKernel<float>>(kFusedConvMean, "CPUExecutionProvider"));
+  ops->emplace_back(
+      Ort::Custom::CreateLiteCustomOp<FusedConvMeanCpuKernel<Ort::BFloat16_t>>(kFusedConvMean, "CPUExecutionProvider"));
   add_layout_cpu_ops(ops);
   add_channel_scale_cpu_ops(ops);
   add_channel_mean_cpu_ops(ops);

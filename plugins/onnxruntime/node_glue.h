@@ -128,9 +128,9 @@ struct NodeAttributes : NamedNode {
   epifuse::ConvAttributes attr;
   bool has_z = false;  // Z given (an input 3 named "" is no Z)
 
-  explicit NodeAttributes(const OrtKernelInfo* raw_info) {
+  explicit NodeAttributes(const OrtKernelInfo* raw_info, const char* op_type = "FusedConv") {
     const Ort::ConstKernelInfo info{raw_info};
-    node = describe_node(info);
+    node = describe_node(info, op_type);
     Status s = Status::Ok();
     try {
       s = require_inputs(info, {"X", "W", "B"});
