@@ -11,9 +11,11 @@ LayerNormalization(axis=-1) against epifuse::LayerNorm, timed the same way. (5) 
 tensors along the channels: ORT's Concat(axis=3) against epifuse::ChannelConcat, beside ORT's Concat of
 the same tensors in NCHW (axis=1, what the original model runs), timed the same way. (6) A range of the
 channels of an NHWC tensor (a C2f chunk's second half, a CSP block's split): ORT's Slice(axes=[3]) against
-epifuse::ChannelSlice, beside ORT's Slice of the NCHW tensor's channels, timed the same way.
+epifuse::ChannelSlice, beside ORT's Slice of the NCHW tensor's channels, timed the same way. (7) A
+depthwise conv and the squeeze-excite pool of its output: epifuse::FusedConv and epifuse::ChannelMean
+against the one epifuse::FusedConvMean, timed the same way.
 
-    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm|concat|slice]
+    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm|concat|slice|conv-mean]
 
 Times are wall times of session.run, each side's median over interleaved runs; every side pays the
 same session overhead (a few microseconds) and output allocation.
@@ -36,6 +38,7 @@ from optimizer.passes.channel_copy import OP_TYPE as CONCAT_OP
 from optimizer.passes.channel_copy import SLICE_OP
 from optimizer.passes.channel_mean import OP_TYPE as MEAN_OP
 from optimizer.passes.channel_scale import OP_TYPE as SCALE_OP
+from optimizer.passes.conv_mean import OP_TYPE as CONV_MEAN_OP
 from optimizer.passes.input_layout import OP_TYPE
 from optimizer.passes.layer_norm import OP_TYPE as NORM_OP
 from optimizer.runtime import session_options
@@ -101,11 +104,12 @@ SLICES = [
 WARM_RUNS = 100  # a new session's first runs of a small op read up to 1.5x slower
 
 
-def _micro_model(nodes: list, feeds: dict[str, np.ndarray], inits: list = ()) -> bytes:
-    """A model of `nodes` reading float32 inputs named and shaped as `feeds`, writing "y" (epifuse's domain
-    imported), serialized."""
+def _micro_model(nodes: list, feeds: dict[str, np.ndarray], inits: list = (), outputs=("y",)) -> bytes:
+    """A model of `nodes` reading float32 inputs named and shaped as `feeds`, writing `outputs` (epifuse's
+    domain imported), serialized."""
     inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(a.shape)) for name, a in feeds.items()]
-    graph = helper.make_graph(nodes, "micro", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    graph = helper.make_graph(nodes, "micro", inputs,
+                              [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in outputs],
                               list(inits))
     return helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17),
                                                                  helper.make_opsetid("epifuse", 1)]).SerializeToString()
@@ -260,16 +264,56 @@ def slice_table(runs: int) -> list[str]:
     return lines
 
 
+# (what it is, H, C, filter size, stride): the depthwise convs whose outputs squeeze-excite blocks pool, at 224x224
+CONV_MEANS = [
+    ("EfficientNet-B0 block 1", 112, 32, 3, 1),
+    ("EfficientNet-B0 block 2", 112, 96, 3, 2),
+    ("EfficientNet-B0 block 3", 56, 144, 3, 1),
+    ("EfficientNet-B0 block 4", 28, 240, 5, 1),
+    ("EfficientNet-B0 block 6", 14, 480, 3, 1),
+    ("EfficientNet-B0 block 9", 14, 672, 5, 2),
+    ("EfficientNet-B0 block 10", 7, 1152, 5, 1),
+    ("MobileNetV3-Large block 4", 56, 72, 5, 2),
+    ("MobileNetV3-Large block 12", 14, 672, 3, 1),
+    ("MobileNetV3-Large block 14", 7, 960, 5, 1),
+]
+
+
+def conv_mean_table(runs: int) -> list[str]:
+    lines = ["| depthwise conv + squeeze-excite pool | 1 x H x W x C, filter / stride | threads | "
+             "FusedConv + ChannelMean µs | FusedConvMean µs | speed-up |", "|---|---|---:|---:|---:|---:|"]
+    for name, h, c, r, stride in CONV_MEANS:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((1, h, h, c)).astype(np.float32)
+        w = helper.make_tensor("w", TensorProto.FLOAT, [c, r, r, 1], (rng.standard_normal((c, r, r)) / r).astype(np.float32))
+        b = helper.make_tensor("b", TensorProto.FLOAT, [c], rng.standard_normal(c).astype(np.float32))
+        attrs = dict(group=c, strides=[stride] * 2, pads=[r // 2] * 4, activation="silu", domain="epifuse")
+        sides = {"two": [helper.make_node("FusedConv", ["x", "w", "b"], ["y"], **attrs),
+                         helper.make_node(MEAN_OP, ["y"], ["m"], domain="epifuse")],
+                 "epifuse": [helper.make_node(CONV_MEAN_OP, ["x", "w", "b"], ["y", "m"], **attrs)]}
+        feeds = {side: {"x": x} for side in sides}
+        serialized = {side: _micro_model(nodes, feeds[side], [w, b], ("y", "m")) for side, nodes in sides.items()}
+        (y, m), (y2, m2) = (ort.InferenceSession(serialized[side], session_options(), providers=["CPUExecutionProvider"])
+                            .run(None, feeds[side]) for side in ("two", "epifuse"))
+        assert np.array_equal(y, y2)
+        np.testing.assert_allclose(m2, m, rtol=1e-5, atol=1e-6)
+        for threads in (None, 1):
+            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            lines.append(f"| {name} | 1x{h}x{h}x{c}, {r}x{r} / {stride} | {threads or 'default'} | {us['two']:.0f} | "
+                         f"{us['epifuse']:.0f} | {us['two'] / us['epifuse']:.2f}x |")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--only", choices=["layout", "scale", "mean", "norm", "concat", "slice"],
+    ap.add_argument("--only", choices=["layout", "scale", "mean", "norm", "concat", "slice", "conv-mean"],
                     help="one table instead of all")
     args = ap.parse_args()
     print(f"\n{_cpu_name()}, {os.cpu_count()} threads, onnxruntime {ort.__version__}, epifuse {__version__}, "
           f"Python {platform.python_version()}\n")
     tables = {"scale": scale_table, "mean": mean_table, "norm": norm_table, "concat": concat_table,
-              "slice": slice_table}
+              "slice": slice_table, "conv-mean": conv_mean_table}
     if args.only in tables:
         print("\n".join(tables[args.only](args.runs)))
         return 0
