@@ -5,11 +5,14 @@ with its interquartile range, how many candidates fused, and the optimizer's tim
 included, with an empty costs cache).
 
     python bench/cpu_models.py [--models-dir DIR] [--zoo] [--rounds 30] [--markdown FILE] [--also-always]
-                               [--one-thread] [--profile] [--precision bf16]
+                               [--one-thread] [--spinning] [--profile] [--precision bf16]
 
 DIR holds .onnx files (bench/export_models.py writes torchvision/timm/ultralytics exports there).
 --also-always: also the model with every candidate fused (--fuse always). --one-thread: also the optimized
-model against the original on one intra-op thread (the whole-model check's second run). --profile: also
+model against the original on one intra-op thread (the whole-model check's second run). --spinning: also
+the speed-ups with the thread pools as ONNX Runtime's defaults leave them, spinning between runs and
+between a run's nodes (`epifuse compare --spinning`: 10 rounds of 0.3 s a side; the main columns' pools
+sleep when idle, which costs a model of many small nodes a wake-up at each). --profile: also
 where the time goes, per op type (`epifuse compare --by-op`), in the original and in the model with every
 candidate fused. --precision bf16: optimized in bfloat16 (against the float32 original), with each model's
 relative L2 error against the original (`epifuse optimize --verify`'s check) in a column of its own.
@@ -40,8 +43,11 @@ def _times(speedup: float) -> str:
     return "-" if speedup != speedup else f"{speedup:.3f}x"  # NaN: not run
 
 
+SPINNING_ROUNDS = 10
+
+
 def row(name: str, path: Path, work: Path, rounds: int, also_always: bool, one_thread: bool,
-        precision: str = "fp32") -> dict:
+        precision: str = "fp32", spinning: bool = False) -> dict:
     out = work / f"{name.replace('/', '_')}.epifuse.onnx"
     cache = work / f"{name.replace('/', '_')}.costs.json"  # empty: the optimizer's time includes measuring
     start = time.perf_counter()
@@ -54,12 +60,18 @@ def row(name: str, path: Path, work: Path, rounds: int, also_always: bool, one_t
     if one_thread:
         single = compare(load_model(str(path)), load_model(str(out)), backend="ort-cpu", rounds=rounds,
                          threads=1)["speedup"]
-    always = float("nan")
+    spun = spun_always = always = float("nan")
+    if spinning:
+        spun = compare(load_model(str(path)), load_model(str(out)), backend="ort-cpu", rounds=SPINNING_ROUNDS,
+                       spinning=True)["speedup"]
     if also_always:  # every candidate fused: the CPU kernel against ORT's convolutions, layer for layer
         out_always = work / f"{name.replace('/', '_')}.always.onnx"
         optimize_file(str(path), str(out_always), precision=precision, policy=FusionPolicy(mode="always"))
         always = compare(load_model(str(path)), load_model(str(out_always)), backend="ort-cpu", rounds=rounds)["speedup"]
-    return {"always": always, "one thread": single, "model": name, "ort ms": result["original_ms"], "epifuse ms": result["optimized_ms"],
+        if spinning:
+            spun_always = compare(load_model(str(path)), load_model(str(out_always)), backend="ort-cpu",
+                                  rounds=SPINNING_ROUNDS, spinning=True)["speedup"]
+    return {"always": always, "one thread": single, "spinning": spun, "always, spinning": spun_always, "model": name, "ort ms": result["original_ms"], "epifuse ms": result["optimized_ms"],
             "speed-up": result["speedup"], "q1": result["speedup_q1"], "q3": result["speedup_q3"],
             "fused": f"{fused}/{len(report.decisions)}", "optimize s": seconds,
             "measure s": report.pass_seconds.get("measure", 0.0),
@@ -82,6 +94,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--also-always", action="store_true", help="also time --fuse always (every candidate fused)")
     ap.add_argument("--one-thread", action="store_true", help="also the speed-up on one intra-op thread")
+    ap.add_argument("--spinning", action="store_true",
+                    help="also the speed-ups with ONNX Runtime's default (spinning) thread pools")
     ap.add_argument("--markdown")
     ap.add_argument("--profile", action="store_true", help="also the time per op type in both models")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
@@ -99,26 +113,31 @@ def main() -> int:
     for name, path in named:
         try:
             rows.append(row(name, path, work, args.rounds, args.also_always or args.profile, args.one_thread,
-                            args.precision))
+                            args.precision, args.spinning))
         except EpifuseError as e:  # a model this precision cannot take (bf16 below opset 13): said, not fatal
             print(f"{name}: skipped: {e}", flush=True)
             continue
         r = rows[-1]
         print(f"{name}: {r['speed-up']:.3f}x ({r['q1']:.3f}-{r['q3']:.3f}), fused {r['fused']}, "
               f"optimize {r['optimize s']:.1f} s; one thread {_times(r['one thread'])}; "
-              f"fuse=always {_times(r['always'])}", flush=True)
+              f"fuse=always {_times(r['always'])}; spinning {_times(r['spinning'])}, fuse=always "
+              f"{_times(r['always, spinning'])}", flush=True)
         if args.profile:
             print_profile(name, path, work / f"{name.replace('/', '_')}.always.onnx")
     header = (f"{_cpu_name()}, {len(os.sched_getaffinity(0))} threads, onnxruntime {ort.__version__}, epifuse "
               f"{__version__} ({registry.onednn_version() or 'no oneDNN'}), Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     low = args.precision != "fp32"
     header += f", optimized in {args.precision}" if low else ""
+    spun = args.spinning
     lines = [header, "", "| model | ORT ms | epifuse ms | speed-up | interquartile | fused | optimize s (measuring) | "
-             "one thread | fuse=always |" + (" rel L2 |" if low else ""),
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if low else "")]
+             "one thread | fuse=always |" + (" spinning | fuse=always, spinning |" if spun else "") +
+             (" rel L2 |" if low else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if spun else "") + ("---:|" if low else "")]
     lines += [f"| {r['model']} | {r['ort ms']:.2f} | {r['epifuse ms']:.2f} | {r['speed-up']:.3f}x | "
               f"{r['q1']:.3f}-{r['q3']:.3f} | {r['fused']} | {r['optimize s']:.1f} ({r['measure s']:.1f}) | "
-              f"{_times(r['one thread'])} | {_times(r['always'])} |" + (f" {r['rel L2']:.1e} |" if low else "")
+              f"{_times(r['one thread'])} | {_times(r['always'])} |" +
+              (f" {_times(r['spinning'])} | {_times(r['always, spinning'])} |" if spun else "") +
+              (f" {r['rel L2']:.1e} |" if low else "")
               for r in rows]
     print("\n".join(lines))
     if args.markdown:

@@ -161,11 +161,13 @@ def cmd_compare(args, console: Console) -> int:
     backend = args.backend or _available_backend(console)
     if args.by_op and backend != "ort-cpu":
         raise EpifuseError(f"--by-op reads ONNX Runtime's CPU profiler: it needs --backend ort-cpu, not {backend}")
+    if args.spinning and backend != "ort-cpu":
+        raise EpifuseError(f"--spinning times ONNX Runtime's CPU thread pools: it needs --backend ort-cpu, not {backend}")
     threads = cpu_threads(args.threads, backend)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("compare", total=args.runs)
         result = _compare_files(args.original, args.optimized, backend=backend, batch=args.batch,
-                                precision=args.precision, rounds=args.runs, threads=threads,
+                                precision=args.precision, rounds=args.runs, threads=threads, spinning=args.spinning,
                                 progress=lambda done, total: bar.update(task, completed=done))
     console.print(summary(result), highlight=False)
     if args.by_op:
@@ -402,6 +404,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ort-cpu: ONNX Runtime's intra-op threads (default: its own, one per core)")
     p.add_argument("--by-op", action="store_true",
                    help="ort-cpu: also where each model's time goes, by op type (ONNX Runtime's profiler)")
+    p.add_argument("--spinning", action="store_true",
+                   help="ort-cpu: the thread pools as ONNX Runtime's defaults leave them, spinning between runs "
+                        "(rounds of 0.3 s), as a process running one model back to back has them; default: "
+                        "pools that sleep when idle, in 20 ms rounds")
     p.add_argument("--report", metavar="FILE.json")
     p.set_defaults(func=cmd_compare)
 

@@ -68,10 +68,10 @@ def _graph_inputs(model: Model) -> onnx.ModelProto:
 class _CpuRunner:
     """The CPU EP with its default threads (or `threads`), spinning off: a pool that spins after its run
     would take a core from the other model's run, which on a small machine costs either side 10-30% at
-    random."""
+    random. `spinning`: ONNX Runtime's default pool, spinning between runs (see `compare`)."""
 
-    def __init__(self, model: onnx.ModelProto, feeds: dict, threads: int | None = None):
-        self.session = create_session(_source(model), backend="ort-cpu", allow_spinning=False, threads=threads)
+    def __init__(self, model: onnx.ModelProto, feeds: dict, threads: int | None = None, spinning: bool = False):
+        self.session = create_session(_source(model), backend="ort-cpu", allow_spinning=spinning, threads=threads)
         self.feeds = feeds
 
     def __call__(self) -> float:
@@ -110,9 +110,9 @@ class _CudaRunner:
         return time.perf_counter() - start
 
 
-def _runners(model: Model, feeds: dict, backend: str, threads: int | None = None) -> list:
+def _runners(model: Model, feeds: dict, backend: str, threads: int | None = None, spinning: bool = False) -> list:
     if backend == "ort-cpu":
-        return [_CpuRunner(model, feeds, threads)]
+        return [_CpuRunner(model, feeds, threads, spinning)]
     data = _source(model)
     probe = create_session(data, backend="ort-cuda")
     outputs = dict(zip([o.name for o in probe.get_outputs()], probe.run(None, feeds)))  # shapes a graph can keep
@@ -133,31 +133,52 @@ def _best(runners: list, warmup: int) -> object:
     return runners[min(range(len(runners)), key=lambda i: statistics.median(times[i]))]
 
 
-def interleaved(sides: list, rounds: int, warmup: int, progress=None) -> list[list[float]]:
+def interleaved(sides: list, rounds: int, warmup: int, progress=None, round_seconds: float = ROUND_SECONDS,
+                settle_seconds: float = 0.0) -> list[list[float]]:
     """Milliseconds per call of each side (a callable that runs once and returns its seconds) in each
     of `rounds` rounds, the order reversing every round so drift in the machine's speed falls on all
-    alike; `warmup` untimed calls each first."""
+    alike; `warmup` untimed calls each first. A round runs each side for about `round_seconds`, after
+    `settle_seconds` of untimed calls."""
     for _ in range(warmup):
         for run in sides:
             run()
-    # a round runs each side for about ROUND_SECONDS, so a sub-millisecond model is not timed by one call
-    calls = max(1, min(1000, int(ROUND_SECONDS / max(min(run() for run in sides), 1e-6))))
+    # a round runs each side for about round_seconds, so a sub-millisecond model is not timed by one call
+    fastest = max(min(run() for run in sides), 1e-6)
+    calls = max(1, min(1000, int(round_seconds / fastest)))
+    settle = int(settle_seconds / fastest + 0.999)
     times: list[list[float]] = [[] for _ in sides]
     for r in range(rounds):
         for i in (range(len(sides)) if r % 2 == 0 else reversed(range(len(sides)))):
+            for _ in range(settle):
+                sides[i]()
             times[i].append(sum(sides[i]() for _ in range(calls)) * 1e3 / calls)
         if progress:
             progress(r + 1, rounds)
     return times
 
 
+# ort-cpu with `spinning`: each side's pool spins between runs, as ONNX Runtime's does by default, so
+# each round first runs untimed while the other side's pool spins down (it spins on for tens of ms after
+# its last run: in rounds of 5 runs, MobileNetV3-Large read 4.5 ms a run against 2.9 alone), and then
+# long enough for that to be a small part.
+SPINNING_ROUND_SECONDS = 0.3
+SPINNING_SETTLE_SECONDS = 0.06
+
+
 def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
             precision: str = "fp32", rounds: int = 30, warmup: int = 3, progress=None,
-            threads: int | None = None) -> dict:
+            threads: int | None = None, spinning: bool = False) -> dict:
     """Interleaved timing of `original` (its baseline, see `baseline`) and `optimized` on `backend`;
-    each a model or the path of one. `threads`: ort-cpu's intra-op threads (None: ORT's default)."""
+    each a model or the path of one. `threads`: ort-cpu's intra-op threads (None: ORT's default).
+    `spinning` (ort-cpu): the thread pools as ONNX Runtime's defaults leave them, spinning between a
+    run's nodes and after it (rounds of SPINNING_ROUND_SECONDS): what a process running one model back to
+    back sees. Off (the default: 20 ms rounds), the pools sleep whenever idle, between a run's nodes too,
+    and a model of many small nodes pays a wake-up at each: MobileNetV3-Large runs 4.5 ms a run against
+    2.9 with spinning, and a fusion that removes nodes reads faster than a default session finds it."""
     if backend not in ("ort-cpu", "ort-cuda"):
         raise EpifuseError(f"compare runs on ort-cpu or ort-cuda, not {backend}")
+    if spinning and backend != "ort-cpu":
+        raise EpifuseError("spinning thread pools are ort-cpu's")
     cpu_threads(threads, backend)
     if rounds < 2:
         raise EpifuseError(f"--runs must be at least 2, got {rounds}")
@@ -165,15 +186,18 @@ def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
 
     reference = baseline(original, backend, precision)
     feeds = random_inputs(_graph_inputs(reference), batch=batch)
-    sides = [_best(_runners(m, feeds, backend, threads), warmup) for m in (reference, optimized)]
-    times = interleaved(sides, rounds, warmup, progress)
+    sides = [_best(_runners(m, feeds, backend, threads, spinning), warmup) for m in (reference, optimized)]
+    if spinning:
+        times = interleaved(sides, rounds, warmup, progress, SPINNING_ROUND_SECONDS, SPINNING_SETTLE_SECONDS)
+    else:
+        times = interleaved(sides, rounds, warmup, progress)
     ratios = [a / b for a, b in zip(*times)]
     q1, q3 = _quartiles(ratios)
     original_ms, optimized_ms = statistics.median(times[0]), statistics.median(times[1])
     return {"backend": backend, "batch": int(next(iter(feeds.values())).shape[0]) if feeds else batch,
             "precision": precision, "rounds": rounds, "original_ms": original_ms, "optimized_ms": optimized_ms,
             "speedup": statistics.median(ratios), "speedup_q1": q1, "speedup_q3": q3, "slower": q3 < 1.0,
-            "threads": threads, "ratios": ratios,
+            "threads": threads, "spinning": spinning, "ratios": ratios,
             "cuda_graph": [getattr(s, "cuda_graph", False) for s in sides]}
 
 
@@ -219,7 +243,8 @@ def compare_by_op(original: Model, optimized: Model, *, batch: int = 1, runs: in
 
 def summary(result: dict) -> str:
     verdict = "[red]slower[/red]" if result["slower"] else "faster" if result["speedup_q1"] > 1.0 else "about the same"
-    return (f"{result['backend']}, batch {result['batch']}, {result['precision']}: original "
+    pools = ", spinning thread pools" if result.get("spinning") else ""
+    return (f"{result['backend']}{pools}, batch {result['batch']}, {result['precision']}: original "
             f"{result['original_ms']:.3f} ms, optimized {result['optimized_ms']:.3f} ms — speed-up "
             f"{result['speedup']:.2f}x (interquartile {result['speedup_q1']:.2f}-{result['speedup_q3']:.2f}x over "
             f"{result['rounds']} interleaved rounds): {verdict}")

@@ -29,7 +29,7 @@ def fake_runners(monkeypatch):
     """Replaces the ORT runners: the original takes `times[0]`, the optimized `times[1]` seconds per call."""
     state = {"times": (1e-3, 1e-3), "log": []}
 
-    def runners(model, feeds, backend, threads=None):
+    def runners(model, feeds, backend, threads=None, spinning=False):
         side = 0 if runners.calls % 2 == 0 else 1
         runners.calls += 1
         return [_Fixed(state["times"][side], state["log"], side)]
@@ -135,6 +135,40 @@ def test_compare_runs_the_cpu_on_the_threads_asked_for():
     assert runner.session.get_session_options().intra_op_num_threads == 1
     with pytest.raises(EpifuseError, match="ort-cpu"):
         compare(model, model, backend="ort-cuda", threads=1)
+
+
+def test_spinning_rounds_settle_untimed_then_time(fake_runners, monkeypatch):
+    """With spinning pools each round first runs the side untimed (while the other side's pool spins down),
+    then times it for the round's length; sides still alternate which goes first."""
+    monkeypatch.setattr(compare_module, "SPINNING_ROUND_SECONDS", 0.008)
+    monkeypatch.setattr(compare_module, "SPINNING_SETTLE_SECONDS", 0.004)
+    fake_runners["times"] = (2e-3, 1e-3)
+    result = compare(_model(), _model(), backend="ort-cpu", rounds=4, warmup=0, spinning=True)
+    assert result["spinning"] and result["speedup"] == pytest.approx(2.0)
+    log = fake_runners["log"]
+    per_round = 4 + 8  # settle 4 ms and 8 ms timed, at the faster side's 1 ms a call
+    rounds = log[-4 * 2 * per_round:]
+    blocks = [rounds[i:i + per_round] for i in range(0, len(rounds), per_round)]
+    assert all(len(set(b)) == 1 for b in blocks)  # each side's settle and timed calls run together
+    assert [b[0] for b in blocks] == [0, 1, 1, 0, 0, 1, 1, 0]
+
+
+def test_spinning_pools_are_onnx_runtimes_default():
+    model = zoo.build("resnet_tiny", batch=1)
+    sleeping = compare_module._CpuRunner(model, {}).session.get_session_options()
+    assert sleeping.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    spinning = compare_module._CpuRunner(model, {}, spinning=True).session.get_session_options()
+    with pytest.raises(Exception, match="does not have configuration"):  # not set: ORT's default, spinning
+        spinning.get_session_config_entry("session.intra_op.allow_spinning")
+    with pytest.raises(EpifuseError, match="ort-cpu"):
+        compare(model, model, backend="ort-cuda", spinning=True)
+
+
+def test_cli_spinning_needs_the_cpu(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    onnx.save(zoo.build("resnet_tiny", batch=1), src)
+    assert main(["compare", str(src), str(src), "--backend", "ort-cuda", "--spinning"]) == 2
+    assert "--spinning" in capsys.readouterr().err
 
 
 def test_cli_threads_need_the_cpu(tmp_path, capsys):
