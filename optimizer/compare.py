@@ -15,6 +15,7 @@ show in such a comparison, only what fusion gains.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -145,7 +146,7 @@ def interleaved(sides: list, rounds: int, warmup: int, progress=None, round_seco
     # a round runs each side for about round_seconds, so a sub-millisecond model is not timed by one call
     fastest = max(min(run() for run in sides), 1e-6)
     calls = max(1, min(1000, int(round_seconds / fastest)))
-    settle = int(settle_seconds / fastest + 0.999)
+    settle = math.ceil(settle_seconds / fastest)
     times: list[list[float]] = [[] for _ in sides]
     for r in range(rounds):
         for i in (range(len(sides)) if r % 2 == 0 else reversed(range(len(sides)))):

@@ -159,43 +159,40 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
   return Status::Ok();
 }
 
-Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
-                         const void* z, void* y, const ParallelFor& parallel_for) {
-  if (kernel_ != CpuKernel::kReference) {
-    bool empty = false;
-    EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
-    if (empty) return Status::Ok();
-    DirectConv* direct = nullptr;
-    EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for, &direct));
-    if (direct != nullptr) {
-      return direct->run(p, x, w, w_constant, b, z, y, parallel_for);
-    }
-    bool refused = true;
-    EPIFUSE_RETURN_IF_ERROR(onednn_.run(p, x, w, w_constant, b, z, y, parallel_for, &refused));
-    if (!refused) return Status::Ok();
-  }
-  return reference_fused_conv(p, x, w, b, z, y, parallel_for);
-}
+namespace {
 
-Status CpuFusedConv::run_with_mean(const ConvProblem& p, const void* x, const void* w, bool w_constant,
-                                   const void* b, const void* z, void* y, void* mean,
-                                   const ParallelFor& parallel_for) {
-  if (p.dtype != DType::kFloat && p.dtype != DType::kBFloat16)
-    return Status::Error(std::string("the channel mean has no ") + dtype_name(p.dtype) + " kernel");
-  if (kernel_ != CpuKernel::kReference) {
-    bool empty = false;
-    EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
-    DirectConv* direct = nullptr;
-    if (!empty) EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for, &direct));
-    if (direct == &depthwise_) return depthwise_.run_with_mean(p, x, w, w_constant, b, z, y, mean, parallel_for);
-  }
-  // any other kernel: the mean a pass over its output
-  EPIFUSE_RETURN_IF_ERROR(run(p, x, w, w_constant, b, z, y, parallel_for));
+// The mean of y over its rows and columns into `mean`: the pass of a kernel that does not sum its output.
+Status channel_mean_of(const ConvProblem& p, const void* y, void* mean, const ParallelFor& parallel_for) {
   const int64_t pixels = p.P() * p.Q();
   if (p.dtype == DType::kFloat)
     return channel_mean_cpu(static_cast<const float*>(y), static_cast<float*>(mean), p.N, pixels, p.K, parallel_for);
   return channel_mean_cpu(static_cast<const bfloat16_t*>(y), static_cast<bfloat16_t*>(mean), p.N, pixels, p.K,
                           parallel_for);
+}
+
+}  // namespace
+
+Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+                         const void* z, void* y, const ParallelFor& parallel_for, void* mean) {
+  if (mean != nullptr && p.dtype != DType::kFloat && p.dtype != DType::kBFloat16)
+    return Status::Error(std::string("the channel mean has no ") + dtype_name(p.dtype) + " kernel");
+  const auto with_mean = [&](Status conv) {
+    return conv.ok() && mean != nullptr ? channel_mean_of(p, y, mean, parallel_for) : conv;
+  };
+  if (kernel_ != CpuKernel::kReference) {
+    bool empty = false;
+    EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
+    if (empty) return with_mean(Status::Ok());
+    DirectConv* direct = nullptr;
+    EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for, &direct));
+    if (direct == &depthwise_)  // sums its output in registers where `mean` asks
+      return depthwise_.run_with_mean(p, x, w, w_constant, b, z, y, mean, parallel_for);
+    if (direct != nullptr) return with_mean(direct->run(p, x, w, w_constant, b, z, y, parallel_for));
+    bool refused = true;
+    EPIFUSE_RETURN_IF_ERROR(onednn_.run(p, x, w, w_constant, b, z, y, parallel_for, &refused));
+    if (!refused) return with_mean(Status::Ok());
+  }
+  return with_mean(reference_fused_conv(p, x, w, b, z, y, parallel_for));
 }
 
 Status CpuFusedConv::kernel_name(const ConvProblem& p, std::string* name) {

@@ -31,13 +31,11 @@ class CpuFusedConv {
   explicit CpuFusedConv(CpuKernel kernel = cpu_kernel_from_environment()) : kernel_(kernel) {}
 
   // As reference_fused_conv. `w_constant`: the filters are the same data on every call (an
-  // initializer), so their reordered or transformed copy is kept.
+  // initializer), so their reordered or transformed copy is kept. Where `mean` is not null, also the
+  // mean of y over its rows and columns into it ([N][K], float or bfloat16 as p): summed in the
+  // depthwise kernel's registers where that kernel runs p, else a pass over y.
   Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
-             const void* z, void* y, const ParallelFor& parallel_for);
-  // As run, and the mean of y over its rows and columns into `mean` ([N][K], float or bfloat16 as p):
-  // summed in the depthwise kernel's registers where that kernel runs p, else a pass over y.
-  Status run_with_mean(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
-                       const void* z, void* y, void* mean, const ParallelFor& parallel_for);
+             const void* z, void* y, const ParallelFor& parallel_for, void* mean = nullptr);
 
   // What runs `p` (every dimension known): "winograd F(2x2,3x3) avx512" (or avx2), "depthwise direct avx512"
   // (or avx2), "onednn <implementation>" or "reference". Where a direct kernel and oneDNN both can, this

@@ -80,8 +80,9 @@ namespace {
 // Output rows of `g` in pieces on the caller's threads, the data of element type T. Where the rows are
 // too few to even out the threads' ends (7x7 maps: 7 rows on 2 threads), each row's channels are cut
 // into groups of whole vectors too. Where `mean` ([N][C] of T), the output's mean over its rows and
-// columns too: each piece of rows sums its outputs in registers into sums of its own, which the calling
-// thread adds in a fixed order (the result does not depend on the thread count).
+// columns too: each piece of rows sums its outputs in registers into sums of its own for each image it
+// covers, which the calling thread adds in a fixed order (the result does not depend on the intra-op
+// thread count).
 template <class T, class OutputRow>
 void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRow output_row, const void* x, const float* f,
               const float* b, const void* z, void* y, T* mean) {
@@ -92,25 +93,29 @@ void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRow outp
   const int64_t channel_groups = (vectors + group_vectors - 1) / group_vectors;
   const int64_t per_piece = std::max<int64_t>(1, rows * channel_groups / wanted);
   const int64_t row_pieces = (rows + per_piece - 1) / per_piece;
-  // the sums of row piece i and image n: Cp floats at sums + (i * N + n) * Cp, zero where a piece has no rows
+  // The sums of row piece i for image n: Cp floats at sums + (i + n) * Cp. Pieces and images are both runs
+  // of consecutive rows, so a later piece never holds an earlier image, and no two (piece, image) pairs
+  // share a slot; zeros where a piece has no rows of an image.
   std::vector<float> storage;
-  float* sums = mean ? aligned(storage, row_pieces * g.N * g.Cp) : nullptr;
-  if (sums) std::fill(sums, sums + row_pieces * g.N * g.Cp, 0.f);
+  float* sums = mean ? aligned(storage, (row_pieces + g.N - 1) * g.Cp) : nullptr;  // zeroed as it grows
   parallel_for(row_pieces * channel_groups, [&](int64_t i) {
     const int64_t piece = i / channel_groups, group = i % channel_groups, first = piece * per_piece;
     const int64_t c_lo = group * group_vectors * g.lanes, c_hi = std::min(g.Cp, c_lo + group_vectors * g.lanes);
     for (int64_t row = first; row < std::min(rows, first + per_piece); ++row) {
       const int64_t n = row / g.P;
       output_row(g, static_cast<const T*>(x), f, b, static_cast<const T*>(z), n, row % g.P, c_lo, c_hi,
-                 static_cast<T*>(y), sums ? sums + (piece * g.N + n) * g.Cp : nullptr);
+                 static_cast<T*>(y), sums ? sums + (piece + n) * g.Cp : nullptr);
     }
   });
   if (!mean) return;
-  for (int64_t piece = 1; piece < row_pieces; ++piece)  // into piece 0's sums, a channel row at a time
-    for (int64_t i = 0; i < g.N * g.Cp; ++i) sums[i] += sums[piece * g.N * g.Cp + i];
   const float scale = 1.f / static_cast<float>(g.P * g.Q);
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t c = 0; c < g.C; ++c) mean[n * g.C + c] = from_float<T>(sums[n * g.Cp + c] * scale);
+  for (int64_t n = 0; n < g.N; ++n) {  // image n's pieces, in order, into its first piece's sums
+    const int64_t first = n * g.P / per_piece, last = ((n + 1) * g.P - 1) / per_piece;
+    float* total = sums + (first + n) * g.Cp;
+    for (int64_t piece = first + 1; piece <= last; ++piece)
+      for (int64_t c = 0; c < g.Cp; ++c) total[c] += sums[(piece + n) * g.Cp + c];
+    for (int64_t c = 0; c < g.C; ++c) mean[n * g.C + c] = from_float<T>(total[c] * scale);
+  }
 }
 
 }  // namespace

@@ -32,15 +32,23 @@ struct FusedConvCpuKernel {
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B,
                       std::optional<const Tensor<T>*> Z, Tensor<T>& Y) {
+    return compute(context, X, W, B, Z, Y, nullptr);
+  }
+
+ protected:
+  // Y, and where `M` the mean of Y over its rows and columns ([N, 1, 1, K]).
+  Ort::Status compute(OrtKernelContext* context, const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B,
+                      std::optional<const Tensor<T>*> Z, Tensor<T>& Y, Tensor<T>* M) {
     try {
       const Tensor<T>* z = node_.residual(Z);
       epifuse::ConvProblem p;
       Status s = node_.bind(X, W, B, z, &p);
       if (s.ok()) {
         T* y = Y.Allocate({p.N, p.P(), p.Q(), p.K});
+        T* m = M ? M->Allocate({p.N, 1, 1, p.K}) : nullptr;
         const Ort::KernelContext ctx(context);
         s = cpu_.run(p, X.DataRaw(), W.DataRaw(), w_constant_, B.DataRaw(), z ? z->DataRaw() : nullptr, y,
-                     ort_threads(ctx));
+                     ort_threads(ctx), m);
       }
       if (!s.ok()) return node_.error(s.message());
     } catch (const std::exception& e) {
@@ -49,7 +57,6 @@ struct FusedConvCpuKernel {
     return Ort::Status{nullptr};
   }
 
- protected:
   NodeAttributes<T> node_;
   bool w_constant_ = false;  // W is an initializer: its reordered copy is made once
   epifuse::CpuFusedConv cpu_;
@@ -67,23 +74,7 @@ struct FusedConvMeanCpuKernel : FusedConvCpuKernel<T> {
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B,
                       std::optional<const Tensor<T>*> Z, Tensor<T>& Y, Tensor<T>& M) {
-    auto& node = this->node_;
-    try {
-      const Tensor<T>* z = node.residual(Z);
-      epifuse::ConvProblem p;
-      Status s = node.bind(X, W, B, z, &p);
-      if (s.ok()) {
-        T* y = Y.Allocate({p.N, p.P(), p.Q(), p.K});
-        T* m = M.Allocate({p.N, 1, 1, p.K});
-        const Ort::KernelContext ctx(context);
-        s = this->cpu_.run_with_mean(p, X.DataRaw(), W.DataRaw(), this->w_constant_, B.DataRaw(),
-                                     z ? z->DataRaw() : nullptr, y, m, ort_threads(ctx));
-      }
-      if (!s.ok()) return node.error(s.message());
-    } catch (const std::exception& e) {
-      return node.error(e.what(), ORT_RUNTIME_EXCEPTION);
-    }
-    return Ort::Status{nullptr};
+    return this->compute(context, X, W, B, Z, Y, &M);
   }
 };
 
