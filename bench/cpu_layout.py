@@ -115,14 +115,23 @@ def _micro_model(nodes: list, feeds: dict[str, np.ndarray], inits: list = (), ou
                                                                  helper.make_opsetid("epifuse", 1)]).SerializeToString()
 
 
-def _timed_in_blocks(models: dict, feeds: dict, options, runs: int, blocks: int = 4) -> dict[str, float]:
-    """Each model's median wall time (µs): `blocks` blocks a side in turn, each block in a session of its
-    own, opened after the previous side's is closed (no other pool spins), its pool spinning between runs
-    as between a model's nodes; a block's first WARM_RUNS not counted."""
+def _outputs(model: bytes, feeds: dict, threads: int | None = None) -> list:
+    """The outputs of one run of `model` in a session of its own (`threads` intra-op threads, None: ORT's
+    default), closed before anything is timed."""
+    session = ort.InferenceSession(model, session_options(threads=threads), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _timed_in_blocks(models: dict, feeds: dict, runs: int, threads: int | None = None,
+                     blocks: int = 4) -> dict[str, float]:
+    """Each model's median wall time (µs) on `threads` intra-op threads (None: ORT's default): `blocks`
+    blocks a side in turn, each block in a session of its own, opened after the previous side's is closed
+    (no other pool spins), its pool spinning between runs as between a model's nodes; a block's first
+    WARM_RUNS not counted."""
     times: dict[str, list[float]] = {side: [] for side in models}
     for _ in range(blocks):
         for side, model in models.items():
-            session = ort.InferenceSession(model, options(), providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(model, session_options(threads=threads), providers=["CPUExecutionProvider"])
             for i in range(runs // blocks + WARM_RUNS):
                 start = time.perf_counter()
                 session.run(None, feeds[side])
@@ -144,14 +153,8 @@ def scale_table(runs: int) -> list[str]:
             feeds = {side: {"x": xs, "s": ss} for side, (_, _, xs, ss) in models.items()}
             serialized = {side: _micro_model([helper.make_node(op, ["x", "s"], ["y"], domain=domain)], feeds[side])
                           for side, (op, domain, _, _) in models.items()}
-
-            def options(threads=threads):
-                return session_options(threads=threads)
-
-            check = ort.InferenceSession(serialized["epifuse"], options(), providers=["CPUExecutionProvider"])
-            assert np.array_equal(check.run(None, feeds["epifuse"])[0], x * s)
-            del check
-            us = _timed_in_blocks(serialized, feeds, options, runs)
+            assert np.array_equal(_outputs(serialized["epifuse"], feeds["epifuse"], threads)[0], x * s)
+            us = _timed_in_blocks(serialized, feeds, runs, threads)
             lines.append(f"| {name} | 1x{h}x{h}x{c} | {threads or 'default'} | {us['ort']:.0f} | {us['epifuse']:.0f} | "
                          f"{us['ort'] / us['epifuse']:.2f}x | {us['nchw']:.0f} |")
     return lines
@@ -177,11 +180,9 @@ def mean_table(runs: int) -> list[str]:
         feeds = {side: {"x": xs} for side, (_, _, xs) in sides.items()}
         serialized = {side: _micro_model(nodes, feeds[side], inits) for side, (nodes, inits, _) in sides.items()}
         expected = x.astype(np.float64).mean(axis=(1, 2), keepdims=True)
-        check = ort.InferenceSession(serialized["epifuse"], session_options(), providers=["CPUExecutionProvider"])
-        np.testing.assert_allclose(check.run(None, feeds["epifuse"])[0], expected, rtol=1e-5, atol=1e-6)
-        del check
+        np.testing.assert_allclose(_outputs(serialized["epifuse"], feeds["epifuse"])[0], expected, rtol=1e-5, atol=1e-6)
         for threads in (None, 1):
-            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            us = _timed_in_blocks(serialized, feeds, runs, threads)
             best_ort = min(us["reduce"], us["gemv"])
             lines.append(f"| {name} | 1x{h}x{h}x{c} | {threads or 'default'} | {us['reduce']:.0f} | {us['gemv']:.0f} | "
                          f"{us['epifuse']:.0f} | {best_ort / us['epifuse']:.2f}x | {us['nchw']:.0f} |")
@@ -203,12 +204,11 @@ def norm_table(runs: int) -> list[str]:
             "epifuse": _micro_model([helper.make_node(NORM_OP, ["x", "scale", "bias"], ["y"], domain="epifuse",
                                                       epsilon=1e-6)], {"x": x}, inits)}
         feeds = {side: {"x": x} for side in serialized}
-        results = [ort.InferenceSession(serialized[side], session_options(), providers=["CPUExecutionProvider"])
-                   .run(None, {"x": x})[0] for side in ("ort", "epifuse")]
+        results = [_outputs(serialized[side], {"x": x})[0] for side in ("ort", "epifuse")]
         error = float(np.linalg.norm(results[1] - results[0]) / np.linalg.norm(results[0]))
         assert error < 1e-5, (name, error)
         for threads in (None, 1):
-            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            us = _timed_in_blocks(serialized, feeds, runs, threads)
             lines.append(f"| {name} | {'x'.join(map(str, shape))} | {threads or 'default'} | {us['ort']:.0f} | "
                          f"{us['epifuse']:.0f} | {us['ort'] / us['epifuse']:.2f}x | {error:.0e} |")
     return lines
@@ -229,11 +229,9 @@ def concat_table(runs: int) -> list[str]:
                  [np.ascontiguousarray(x.transpose(0, 3, 1, 2)) for x in xs])):
             feeds[side] = dict(zip(names, data))
             serialized[side] = _micro_model([node], feeds[side])
-        check = ort.InferenceSession(serialized["epifuse"], session_options(), providers=["CPUExecutionProvider"])
-        assert np.array_equal(check.run(None, feeds["epifuse"])[0], np.concatenate(xs, axis=3))
-        del check
+        assert np.array_equal(_outputs(serialized["epifuse"], feeds["epifuse"])[0], np.concatenate(xs, axis=3))
         for threads in (None, 1):
-            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            us = _timed_in_blocks(serialized, feeds, runs, threads)
             lines.append(f"| {name} | {h}x{h}, {'+'.join(map(str, channels))} | {threads or 'default'} | "
                          f"{us['ort']:.0f} | {us['epifuse']:.0f} | {us['ort'] / us['epifuse']:.2f}x | {us['nchw']:.0f} |")
     return lines
@@ -254,11 +252,9 @@ def slice_table(runs: int) -> list[str]:
                  np.ascontiguousarray(x.transpose(0, 3, 1, 2)), bounds(1))):
             feeds[side] = {"x": data}
             serialized[side] = _micro_model([node], feeds[side], inits)
-        check = ort.InferenceSession(serialized["epifuse"], session_options(), providers=["CPUExecutionProvider"])
-        assert np.array_equal(check.run(None, feeds["epifuse"])[0], x[..., start:end])
-        del check
+        assert np.array_equal(_outputs(serialized["epifuse"], feeds["epifuse"])[0], x[..., start:end])
         for threads in (None, 1):
-            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            us = _timed_in_blocks(serialized, feeds, runs, threads)
             lines.append(f"| {name} | 1x{h}x{h}x{c}, [{start}, {end}) | {threads or 'default'} | {us['ort']:.0f} | "
                          f"{us['epifuse']:.0f} | {us['ort'] / us['epifuse']:.2f}x | {us['nchw']:.0f} |")
     return lines
@@ -285,7 +281,8 @@ def conv_mean_table(runs: int) -> list[str]:
     for name, h, c, r, stride in CONV_MEANS:
         rng = np.random.default_rng(0)
         x = rng.standard_normal((1, h, h, c)).astype(np.float32)
-        w = helper.make_tensor("w", TensorProto.FLOAT, [c, r, r, 1], (rng.standard_normal((c, r, r)) / r).astype(np.float32))
+        w = helper.make_tensor("w", TensorProto.FLOAT, [c, r, r, 1],
+                               (rng.standard_normal((c, r, r)) / r).astype(np.float32))
         b = helper.make_tensor("b", TensorProto.FLOAT, [c], rng.standard_normal(c).astype(np.float32))
         attrs = dict(group=c, strides=[stride] * 2, pads=[r // 2] * 4, activation="silu", domain="epifuse")
         sides = {"two": [helper.make_node("FusedConv", ["x", "w", "b"], ["y"], **attrs),
@@ -293,12 +290,11 @@ def conv_mean_table(runs: int) -> list[str]:
                  "epifuse": [helper.make_node(CONV_MEAN_OP, ["x", "w", "b"], ["y", "m"], **attrs)]}
         feeds = {side: {"x": x} for side in sides}
         serialized = {side: _micro_model(nodes, feeds[side], [w, b], ("y", "m")) for side, nodes in sides.items()}
-        (y, m), (y2, m2) = (ort.InferenceSession(serialized[side], session_options(), providers=["CPUExecutionProvider"])
-                            .run(None, feeds[side]) for side in ("two", "epifuse"))
+        (y, m), (y2, m2) = (_outputs(serialized[side], feeds[side]) for side in ("two", "epifuse"))
         assert np.array_equal(y, y2)
         np.testing.assert_allclose(m2, m, rtol=1e-5, atol=1e-6)
         for threads in (None, 1):
-            us = _timed_in_blocks(serialized, feeds, lambda threads=threads: session_options(threads=threads), runs)
+            us = _timed_in_blocks(serialized, feeds, runs, threads)
             lines.append(f"| {name} | 1x{h}x{h}x{c}, {r}x{r} / {stride} | {threads or 'default'} | {us['two']:.0f} | "
                          f"{us['epifuse']:.0f} | {us['two'] / us['epifuse']:.2f}x |")
     return lines
