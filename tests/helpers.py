@@ -52,6 +52,20 @@ def ops(model: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in model.graph.node]
 
 
+# Where an ort-cpu library op (fp32 and bf16 only) must not reach: (target, precision).
+OTHER_TARGETS = [("ort-cuda", "fp32"), ("ort-cpu", "fp16"), ("tensorrt", "fp32")]
+
+
+def assert_op_stays_out(model: onnx.ModelProto, op_type: str, target: str, precision: str) -> None:
+    """`model` optimized for `target` in `precision`, every candidate fused, has no `op_type` node and its
+    report no rewrite into one."""
+    from optimizer.pipeline import FusionPolicy, optimize_model
+
+    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(model), target=target, precision=precision,
+                                       policy=FusionPolicy(mode="always"))
+    assert op_type not in ops(optimized) and not any(op_type in k for k in report.canonicalized)
+
+
 def gs_graph(model: onnx.ModelProto) -> gs.Graph:
     return gs.import_onnx(onnx.shape_inference.infer_shapes(model))
 

@@ -15,7 +15,7 @@ from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.report import Report
 from optimizer.runtime import session_options
 from optimizer.verify import verify
-from tests.helpers import cpu_flags, ops
+from tests.helpers import OTHER_TARGETS, assert_op_stays_out, cpu_flags, ops
 
 REWRITE = f"channels-last Concat → epifuse::{OP_TYPE} (ort-cpu)"
 SLICE_REWRITE = f"channels-last Slice → epifuse::{SLICE_OP} (ort-cpu)"
@@ -121,11 +121,9 @@ def test_a_bf16_model_on_the_cpu_concatenates_its_bf16_data():
     assert verify(original, optimized, precision="bf16")["passed"]
 
 
-@pytest.mark.parametrize("target,precision", [("ort-cuda", "fp32"), ("ort-cpu", "fp16"), ("tensorrt", "fp32")])
+@pytest.mark.parametrize("target,precision", OTHER_TARGETS)
 def test_other_targets_and_precisions_keep_the_concat(target, precision):
-    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.yolo_tiny()), target=target,
-                                       precision=precision, policy=FusionPolicy(mode="always"))
-    assert OP_TYPE not in ops(optimized) and not any(OP_TYPE in k for k in report.canonicalized)
+    assert_op_stays_out(zoo.yolo_tiny(), OP_TYPE, target, precision)
 
 
 def test_the_op_goes_back_to_a_concat_for_another_target():

@@ -16,7 +16,7 @@ from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.report import Report
 from optimizer.runtime import session_options
 from optimizer.verify import verify
-from tests.helpers import conv_net, ops
+from tests.helpers import OTHER_TARGETS, assert_op_stays_out, conv_net, ops
 
 REWRITE = f"channels-last global average pool → epifuse::{OP_TYPE} (ort-cpu)"
 
@@ -132,11 +132,9 @@ def test_a_squeeze_excite_block_of_either_opset_takes_the_op(opset):
     assert result["passed"] and result["worst_rel_l2"] < 1e-5, result
 
 
-@pytest.mark.parametrize("target,precision", [("ort-cuda", "fp32"), ("ort-cpu", "fp16"), ("tensorrt", "fp32")])
+@pytest.mark.parametrize("target,precision", OTHER_TARGETS)
 def test_other_targets_and_precisions_keep_the_pool(target, precision):
-    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.efficientnet_tiny()), target=target,
-                                       precision=precision, policy=FusionPolicy(mode="always"))
-    assert OP_TYPE not in ops(optimized) and not any(OP_TYPE in k for k in report.canonicalized)
+    assert_op_stays_out(zoo.efficientnet_tiny(), OP_TYPE, target, precision)
 
 
 @pytest.mark.parametrize("opset", [17, 18])

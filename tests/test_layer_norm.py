@@ -14,7 +14,7 @@ from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.report import Report
 from optimizer.runtime import session_options
 from optimizer.verify import verify
-from tests.helpers import ops
+from tests.helpers import OTHER_TARGETS, assert_op_stays_out, ops
 
 REWRITE = f"last-axis LayerNormalization → epifuse::{OP_TYPE} (ort-cpu)"
 
@@ -88,11 +88,9 @@ def test_convnext_norms_become_the_op_with_the_same_result():
     assert verify(original, optimized)["passed"]
 
 
-@pytest.mark.parametrize("target,precision", [("ort-cuda", "fp32"), ("ort-cpu", "fp16"), ("tensorrt", "fp32")])
+@pytest.mark.parametrize("target,precision", OTHER_TARGETS)
 def test_other_targets_and_precisions_keep_the_norm(target, precision):
-    optimized, report = optimize_model(onnx.shape_inference.infer_shapes(zoo.convnext_tiny()), target=target,
-                                       precision=precision, policy=FusionPolicy(mode="always"))
-    assert OP_TYPE not in ops(optimized) and not any(OP_TYPE in k for k in report.canonicalized)
+    assert_op_stays_out(zoo.convnext_tiny(), OP_TYPE, target, precision)
 
 
 def test_the_op_goes_back_to_a_layer_normalization_for_another_target():
