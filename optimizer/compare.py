@@ -134,16 +134,17 @@ def _best(runners: list, warmup: int) -> object:
     return runners[min(range(len(runners)), key=lambda i: statistics.median(times[i]))]
 
 
-def interleaved(sides: list, rounds: int, warmup: int, progress=None, round_seconds: float = ROUND_SECONDS,
+def interleaved(sides: list, rounds: int, warmup: int, progress=None, round_seconds: float | None = None,
                 settle_seconds: float = 0.0) -> list[list[float]]:
     """Milliseconds per call of each side (a callable that runs once and returns its seconds) in each
     of `rounds` rounds, the order reversing every round so drift in the machine's speed falls on all
-    alike; `warmup` untimed calls each first. A round runs each side for about `round_seconds`, after
-    `settle_seconds` of untimed calls."""
+    alike; `warmup` untimed calls each first. A round runs each side for about `round_seconds` (None:
+    ROUND_SECONDS), after `settle_seconds` of untimed calls."""
     for _ in range(warmup):
         for run in sides:
             run()
     # a round runs each side for about round_seconds, so a sub-millisecond model is not timed by one call
+    round_seconds = ROUND_SECONDS if round_seconds is None else round_seconds
     fastest = max(min(run() for run in sides), 1e-6)
     calls = max(1, min(1000, int(round_seconds / fastest)))
     settle = math.ceil(settle_seconds / fastest)
