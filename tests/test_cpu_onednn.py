@@ -106,6 +106,10 @@ GEOMETRY = {
     "channel_pieces_uneven_se_gate": ((1, 1, 1, 960, 240, 1, 1), dict(activation="relu")),
     "channel_pieces_uneven_residual": ((1, 1, 1, 240, 200, 1, 1), dict(activation="hardsigmoid",
                                                                        activation_params=(0.2, 0.5), residual="post")),
+    # 1x1 whose filters outweigh its input (a 7x7 map's MLP layer): output-channel pieces, 256 + 244, so
+    # that each thread streams only its share of the filters
+    "channel_pieces_filters_larger_than_input": ((1, 7, 7, 384, 500, 1, 1), dict(activation="gelu",
+                                                                                 residual="post")),
     # 1x1, unit stride, no padding: one GEMM over all the pixels of every image, cut evenly
     "pixel_pieces_batch3_7x7": ((3, 7, 7, 64, 48, 1, 1), dict(activation="silu", residual="post")),
     "pixel_pieces_grouped": ((1, 7, 7, 64, 64, 1, 1), dict(group=4, residual="pre", activation="relu")),

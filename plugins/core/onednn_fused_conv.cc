@@ -122,6 +122,13 @@ bool split_channels(const ConvProblem& p, int64_t threads) {
   constexpr int64_t kMaxOutputBytes = 1 << 20;  // the copy stays cheap beside the convolution
   if (p.N != 1 || p.attr.group != 1 || channels_per_piece(p, threads) >= p.K) return false;
   const int64_t P = p.P();
+  // Filters larger than the activations they meet (a 7x7 map's 768->3072 1x1: 9.4 MB against
+  // 150 KB): split by rows, every thread streams all of them; by channels, 1/threads of them
+  // each, for the whole input and the copies of its output (and residual) pieces. Elements a
+  // thread moves: rows W + X/T, channels W/T + X + copies/T; 1.7x on that layer, 2 threads.
+  const int64_t filters = p.K * p.R * p.S * p.C, input = p.H * p.W * p.C;
+  const int64_t copies = (p.attr.residual == Residual::kNone ? 2 : 4) * P * p.Q() * p.K;
+  if ((filters - input) * (threads - 1) > copies) return true;
   const int64_t rows = (P + threads - 1) / threads;  // the busiest thread's rows
   return rows * threads * 20 > P * 21 && P * p.Q() * p.K * 4 <= kMaxOutputBytes;
 }
