@@ -106,6 +106,11 @@ GEOMETRY = {
     "channel_pieces_uneven_se_gate": ((1, 1, 1, 960, 240, 1, 1), dict(activation="relu")),
     "channel_pieces_uneven_residual": ((1, 1, 1, 240, 200, 1, 1), dict(activation="hardsigmoid",
                                                                        activation_params=(0.2, 0.5), residual="post")),
+    # SiLU / GELU as a pass over outputs over 512 KB: more row pieces than threads (23, 23, 23, 21 rows;
+    # 1600 pixels each), each piece's pass while its output is in cache
+    "pass_pieces_3x3_silu_residual": ((1, 90, 90, 16, 40, 3, 3), dict(pads=(1, 1, 1, 1), activation="silu",
+                                                                      residual="post")),
+    "pass_pieces_1x1_gelu": ((1, 80, 80, 24, 48, 1, 1), dict(activation="gelu", residual="pre")),
     # 1x1 whose filters outweigh its input (a 7x7 map's MLP layer): output-channel pieces, 256 + 244, so
     # that each thread streams only its share of the filters
     "channel_pieces_filters_larger_than_input": ((1, 7, 7, 384, 500, 1, 1), dict(activation="gelu",

@@ -135,6 +135,17 @@ bool split_channels(const ConvProblem& p, int64_t threads) {
   return rows * threads * 20 > P * 21 && P * p.Q() * p.K * 4 <= kMaxOutputBytes;
 }
 
+// Where the activation is cpu_epilogue's pass over a piece's output (SiLU, GELU), how many row
+// pieces an image needs for each piece's output to be still in L2 when the pass reads it back:
+// EfficientNet-B0's 16->96 1x1 at 112x112 writes 4.8 MB, 2.4 MB a thread in two pieces, and ran
+// ~2x ORT's convolution, whose activation is a node of its own.
+int64_t pass_pieces(const ConvProblem& p) {
+  constexpr int64_t kPieceOutputBytes = 512 << 10;
+  if (!activation_in_pass(p.dtype, p.attr)) return 1;
+  const int64_t bytes = p.P() * p.Q() * p.K * static_cast<int64_t>(element_size(p.dtype));
+  return (bytes + kPieceOutputBytes - 1) / kPieceOutputBytes;
+}
+
 std::vector<Chunk> plan(const ConvProblem& p, int64_t threads) {
   const int64_t P = p.P();
   const int64_t filter_macs = p.K * p.R * p.S * (p.C / p.attr.group);
@@ -150,8 +161,10 @@ std::vector<Chunk> plan(const ConvProblem& p, int64_t threads) {
       c.kc = std::min(kc, p.K - k0);
       chunks.push_back(c);
     }
-  } else if (split && p.N < threads) {  // fewer images than threads: each image cut into row pieces
-    const int64_t pieces = std::min(P, (threads + p.N - 1) / p.N);
+  } else if ((split && p.N < threads) || pass_pieces(p) > 1) {
+    // fewer images than threads, or an activation pass: each image cut into row pieces
+    int64_t pieces = split ? (threads + p.N - 1) / p.N : 1;
+    pieces = std::min(P, std::max(pieces, (pass_pieces(p) + pieces - 1) / pieces * pieces));
     const int64_t rows = (P + pieces - 1) / pieces;
     for (int64_t n = 0; n < p.N; ++n)
       for (int64_t p0 = 0; p0 < P; p0 += rows) chunks.push_back(rows_chunk(p, n, 1, p0, std::min(rows, P - p0)));
