@@ -111,6 +111,8 @@ GEOMETRY = {
     "pass_pieces_3x3_silu_residual": ((1, 90, 90, 16, 40, 3, 3), dict(pads=(1, 1, 1, 1), activation="silu",
                                                                       residual="post")),
     "pass_pieces_1x1_gelu": ((1, 80, 80, 24, 48, 1, 1), dict(activation="gelu", residual="pre")),
+    # a batch as large as the threads: each image's rows in two pieces (786 KB of output an image)
+    "pass_pieces_batch2_3x3_silu": ((2, 64, 64, 16, 48, 3, 3), dict(pads=(1, 1, 1, 1), activation="silu")),
     # 1x1 whose filters outweigh its input (a 7x7 map's MLP layer): output-channel pieces, 256 + 244, so
     # that each thread streams only its share of the filters
     "channel_pieces_filters_larger_than_input": ((1, 7, 7, 384, 500, 1, 1), dict(activation="gelu",
