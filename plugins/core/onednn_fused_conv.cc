@@ -95,11 +95,15 @@ bool eltwise_for(const Activation& a, dnnl::algorithm* alg, float* alpha, float*
 }
 
 // Images [n0, n0 + nc), output rows [p0, p0 + pc) of each, output channels [k0, k0 + kc); input
-// rows [h0, h0 + hc) with the padding this piece sees above and below them.
+// rows [h0, h0 + hc) with the padding this piece sees above and below them. `in_place`: some of
+// the channels, written where they belong in y by a matmul on the pixel column (strided rows).
 struct Chunk {
   int64_t n0, nc, p0, pc, h0, hc, pad_top, pad_bottom;
   int64_t k0, kc;
+  bool in_place = false;
   bool all_channels(const ConvProblem& p) const { return kc == p.K; }
+  // Whether it computes into a dense buffer, its channels copied out (and the residual's in).
+  bool copies(const ConvProblem& p) const { return !all_channels(p) && !in_place; }
 };
 
 Chunk rows_chunk(const ConvProblem& p, int64_t n0, int64_t nc, int64_t p0, int64_t pc) {
@@ -107,7 +111,7 @@ Chunk rows_chunk(const ConvProblem& p, int64_t n0, int64_t nc, int64_t p0, int64
   const int64_t first = p0 * p.attr.stride_h - p.attr.pad_top;            // first input row read
   const int64_t end = (p0 + pc - 1) * p.attr.stride_h - p.attr.pad_top + extent;  // one past the last
   const int64_t h0 = std::max<int64_t>(first, 0), h1 = std::min(end, p.H);
-  return {n0, nc, p0, pc, h0, h1 - h0, h0 - first, end - h1, 0, p.K};
+  return {n0, nc, p0, pc, h0, h1 - h0, h0 - first, end - h1, 0, p.K, false};
 }
 
 // Output rows that split unevenly over the threads (a 7x7 layer's 7 rows as 4 + 3 on two, 1 row
@@ -118,7 +122,23 @@ int64_t channels_per_piece(const ConvProblem& p, int64_t threads) {
   return ((p.K + threads - 1) / threads + 15) / 16 * 16;
 }
 
-bool split_channels(const ConvProblem& p, int64_t threads) {
+// A pixel column (a 1x1 with unit stride and no padding, as_pixel_column's view) of at least this
+// many pixels and filters of at least this many bytes, fp32: its channel pieces are matmuls writing
+// their strided rows of y in place (oneDNN's convolutions take only dense outputs; its matmul writes
+// rows any distance apart). Its kernel (gemm:jit) is slower than the convolution's (brgconv) where
+// the filters stay in L2 (EfficientNet-B0, RegNetY, MixNet-S 0.93-0.95x), and on fewer pixels (0.85x
+// on 49); what it saves is each thread streaming all of a large filter from memory, and the copies.
+constexpr int64_t kMinInPlacePixels = 96;
+constexpr int64_t kMinInPlaceFilterBytes = 1 << 20;
+
+bool in_place_pieces(const ConvProblem& p) {
+  const ConvAttributes& a = p.attr;
+  return p.dtype == DType::kFloat && p.N == 1 && p.W == 1 && p.R == 1 && p.S == 1 && a.group == 1 &&
+         a.stride_h == 1 && a.stride_w == 1 && a.pad_top == 0 && a.pad_bottom == 0 && a.pad_left == 0 &&
+         a.pad_right == 0 && p.H >= kMinInPlacePixels && p.K * p.C * 4 >= kMinInPlaceFilterBytes;
+}
+
+bool split_channels(const ConvProblem& p, int64_t threads, bool in_place) {
   constexpr int64_t kMaxOutputBytes = 1 << 20;  // the copy stays cheap beside the convolution
   if (p.N != 1 || p.attr.group != 1 || channels_per_piece(p, threads) >= p.K) return false;
   const int64_t P = p.P();
@@ -129,7 +149,7 @@ bool split_channels(const ConvProblem& p, int64_t threads) {
   // from the piece, read for ownership, written, written back: 192->1152 at 7x7 ran 0.95x split
   // by channels with 2). 1.7x on the 768->3072 layer, 1.47x on ResNet-50's 2048->512, 2 threads.
   const int64_t filters = p.K * p.R * p.S * p.C, input = p.H * p.W * p.C;
-  const int64_t copies = (p.attr.residual == Residual::kNone ? 4 : 8) * P * p.Q() * p.K;
+  const int64_t copies = in_place ? 0 : (p.attr.residual == Residual::kNone ? 4 : 8) * P * p.Q() * p.K;
   if ((filters - input) * (threads - 1) > copies) return true;
   const int64_t rows = (P + threads - 1) / threads;  // the busiest thread's rows
   return rows * threads * 20 > P * 21 && P * p.Q() * p.K * 4 <= kMaxOutputBytes;
@@ -146,19 +166,22 @@ int64_t pass_pieces(const ConvProblem& p) {
   return (bytes + kPieceOutputBytes - 1) / kPieceOutputBytes;
 }
 
-std::vector<Chunk> plan(const ConvProblem& p, int64_t threads) {
+// `allow_in_place`: channel pieces of a pixel column may be matmuls in place (in_place_pieces).
+std::vector<Chunk> plan(const ConvProblem& p, int64_t threads, bool allow_in_place = true) {
+  const bool in_place = allow_in_place && in_place_pieces(p);
   const int64_t P = p.P();
   const int64_t filter_macs = p.K * p.R * p.S * (p.C / p.attr.group);
   const int64_t macs = p.N * P * p.Q() * filter_macs;
   const int64_t filter_bytes = filter_macs * static_cast<int64_t>(element_size(p.dtype));
   const bool split = threads > 1 && (macs >= kMinMacsToSplit || filter_bytes >= kMinFilterBytesToSplit);
   std::vector<Chunk> chunks;
-  if (split && split_channels(p, threads)) {
+  if (split && split_channels(p, threads, in_place)) {
     const int64_t kc = channels_per_piece(p, threads);
     for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
       Chunk c = rows_chunk(p, 0, 1, 0, P);
       c.k0 = k0;
       c.kc = std::min(kc, p.K - k0);
+      c.in_place = in_place;
       chunks.push_back(c);
     }
   } else if ((split && p.N < threads) || pass_pieces(p) > 1) {
@@ -221,9 +244,8 @@ memory::desc any_weights(const ConvProblem& p, int64_t k, DataType t) {
 }
 
 struct Primitive {
-  dnnl::convolution_forward::primitive_desc pd;
-  dnnl::convolution_forward conv;
-  memory::desc src, dst, weights, bias, scratchpad;  // queried once: each query of `pd` builds a new desc
+  dnnl::primitive prim;  // a convolution, or a chunk in place's matmul
+  memory::desc src, dst, weights, bias, scratchpad;  // queried once: each query of a pd builds a new desc
   std::string impl;
   uint64_t serial;  // never reused: names this primitive in the threads' caches of memory objects
 };
@@ -235,7 +257,7 @@ uint64_t next_primitive_serial() {
 
 // Everything that shapes a chunk's primitive; a plan's key adds the batch and the input height. A
 // fixed array: a call looks its plan up with no allocation.
-using Key = std::array<int64_t, 25>;
+using Key = std::array<int64_t, 26>;
 
 Key primitive_key(const ConvProblem& p, const Chunk& c) {
   const ConvAttributes& a = p.attr;
@@ -244,7 +266,7 @@ Key primitive_key(const ConvProblem& p, const Chunk& c) {
   return {static_cast<int64_t>(p.dtype), c.nc, c.hc, p.W, p.C, p.K, p.R, p.S, c.pc,
           a.stride_h, a.stride_w, a.dil_h, a.dil_w, c.pad_top, c.pad_bottom, a.pad_left, a.pad_right,
           a.group, static_cast<int64_t>(a.activation.kind), bits[0], bits[1], static_cast<int64_t>(a.residual),
-          c.kc, 0, 0};
+          c.kc, c.in_place, 0, 0};
 }
 
 // Index of the residual's binary post-op: first for pre-activation, after the eltwise for post.
@@ -288,18 +310,9 @@ double seconds(const ConvPd& pd, const ConvProblem& p) {
   return best;
 }
 
-// The chunk's primitive, or nullopt when oneDNN has only its reference implementation for it.
-// oneDNN lists its implementations in its own order of preference, tuned for Intel cores; on
-// others (AMD Zen measured) a later one is sometimes faster: brgconv against jit on layers of
-// 32 channels, 1.3x apart. So the first few optimized ones are timed once and the fastest kept.
-std::optional<Primitive> create(const ConvProblem& p, const Chunk& c) {
-  single_threaded();
-  const DataType t = data_type(p.dtype);
-  const memory::desc src = nhwc(c.nc, p.C, c.hc, p.W, t);
-  const memory::desc dst = nhwc(c.nc, c.kc, c.pc, p.Q(), t);
-  const memory::desc bias({c.kc}, DataType::f32, Tag::a);
+// The residual and activation as post-ops on an output (and residual) of layout `dst`.
+dnnl::primitive_attr post_ops_for(const ConvProblem& p, const memory::desc& dst) {
   const ConvAttributes& a = p.attr;
-
   dnnl::post_ops ops;
   dnnl::algorithm alg;
   float alpha, beta;
@@ -310,6 +323,42 @@ std::optional<Primitive> create(const ConvProblem& p, const Chunk& c) {
   dnnl::primitive_attr attr;
   attr.set_post_ops(ops);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// A chunk in place: rows [p0, p0 + pc) of the pixel column times output channels [k0, k0 + kc) of
+// the filters, a matmul whose output (and residual) rows are K apart, as they lie in y.
+std::optional<Primitive> create_in_place(const ConvProblem& p, const Chunk& c) {
+  const memory::desc src({c.pc, p.C}, DataType::f32, Tag::ab);
+  const memory::desc dst({c.pc, c.kc}, DataType::f32, memory::dims{p.K, 1});
+  const memory::desc weights({p.C, c.kc}, DataType::f32, Tag::any);
+  const memory::desc bias({1, c.kc}, DataType::f32, Tag::ab);
+  const dnnl::primitive_attr attr = post_ops_for(p, dst);
+  try {
+    dnnl::matmul::primitive_desc pd(cpu_engine(), src, weights, bias, dst, attr);
+    const std::string impl = pd.impl_info_str();
+    if (impl.rfind("ref", 0) == 0) return std::nullopt;
+    return Primitive{dnnl::matmul(pd), src, dst, pd.weights_desc(), bias, pd.scratchpad_desc(),
+                     "matmul " + impl, next_primitive_serial()};
+  } catch (const dnnl::error&) {
+    return std::nullopt;
+  }
+}
+
+// The chunk's primitive, or nullopt when oneDNN has only its reference implementation for it.
+// oneDNN lists its implementations in its own order of preference, tuned for Intel cores; on
+// others (AMD Zen measured) a later one is sometimes faster: brgconv against jit on layers of
+// 32 channels, 1.3x apart. So the first few optimized ones are timed once and the fastest kept.
+// A chunk in place is a matmul instead (create_in_place).
+std::optional<Primitive> create(const ConvProblem& p, const Chunk& c) {
+  single_threaded();
+  if (c.in_place) return create_in_place(p, c);
+  const DataType t = data_type(p.dtype);
+  const memory::desc src = nhwc(c.nc, p.C, c.hc, p.W, t);
+  const memory::desc dst = nhwc(c.nc, c.kc, c.pc, p.Q(), t);
+  const memory::desc bias({c.kc}, DataType::f32, Tag::a);
+  const ConvAttributes& a = p.attr;
+  const dnnl::primitive_attr attr = post_ops_for(p, dst);
 
   try {
     ConvPd pd(cpu_engine(), dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
@@ -334,8 +383,7 @@ std::optional<Primitive> create(const ConvProblem& p, const Chunk& c) {
       best = static_cast<size_t>(std::min_element(times.begin(), times.end()) - times.begin());
     }
     const ConvPd& chosen = candidates[best];
-    return Primitive{chosen,
-                     dnnl::convolution_forward(chosen),
+    return Primitive{dnnl::convolution_forward(chosen),
                      src,
                      dst,
                      chosen.weights_desc(),
@@ -380,14 +428,20 @@ struct OnednnConv::State {
     key[key.size() - 1] = p.H;
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
+    Plan made = make_plan(p, true);
+    if (made.refused) made = make_plan(p, false);  // a matmul in place refused: the convolution's pieces
+    return plans.emplace(std::move(key), std::move(made)).first->second;
+  }
+
+  Plan make_plan(const ConvProblem& p, bool allow_in_place) {
     Plan made;
-    made.chunks = plan(p, hardware_threads());
+    made.chunks = plan(p, hardware_threads(), allow_in_place);
     for (const Chunk& c : made.chunks) {
       const auto& prim = primitive(p, c);
       made.prims.push_back(prim ? &*prim : nullptr);
       made.refused = made.refused || !prim;
     }
-    return plans.emplace(std::move(key), std::move(made)).first->second;
+    return made;
   }
 
   const std::optional<Primitive>& primitive(const ConvProblem& p, const Chunk& c) {
@@ -401,10 +455,13 @@ struct OnednnConv::State {
 namespace {
 
 // Output channels [k0, k0 + want's count) of the KRSC filters `w`, in the layout `want`.
+// A matmul's `want` is [C][k]: the KRSC filters of a 1x1 read with their rows as columns.
 memory reorder_weights(const ConvProblem& p, const void* w, int64_t k0, const memory::desc& want) {
   single_threaded();
-  const int64_t k = want.get_dims()[p.attr.group == 1 ? 0 : 1] * p.attr.group;
-  const memory::desc have = krsc(p, k, data_type(p.dtype));
+  const bool matmul = want.get_ndims() == 2;
+  const int64_t k = matmul ? want.get_dims()[1] : want.get_dims()[p.attr.group == 1 ? 0 : 1] * p.attr.group;
+  const memory::desc have = matmul ? memory::desc({p.C, k}, data_type(p.dtype), memory::dims{1, p.C})
+                                   : krsc(p, k, data_type(p.dtype));
   const int64_t offset = k0 * p.R * p.S * (p.C / p.attr.group) * static_cast<int64_t>(element_size(p.dtype));
   memory source(have, cpu_engine(), const_cast<char*>(static_cast<const char*>(w)) + offset);
   memory out(want, cpu_engine());
@@ -458,8 +515,9 @@ void OnednnConv::release_filters() {
 std::string OnednnConv::implementation(const ConvProblem& problem) {
   const ConvProblem p = as_pixel_column(problem);
   std::lock_guard<std::mutex> lock(state_->mutex);
-  const auto& prim = state_->primitive(p, plan(p, hardware_threads()).front());
-  if (!prim) return "";
+  const Plan& plan = state_->plan_for(p);
+  if (plan.refused) return "";
+  const Primitive* prim = plan.prims.front();
   return activation_in_pass(p.dtype, p.attr) ? prim->impl + " + activation pass" : prim->impl;
 }
 
@@ -523,12 +581,13 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
       const int64_t x_offset = ((c.n0 * p.H + c.h0) * p.W) * p.C;
       const int64_t y_offset = ((c.n0 * P + c.p0) * Q) * p.K + c.k0;
       const int64_t pixels = c.nc * c.pc * Q;
-      // A chunk of all the channels is a dense view of y (and z); one of some channels computes
-      // into this thread's buffers, z's channels copied in and the output copied out.
+      // A chunk of all the channels is a dense view of y (and z), one in place a strided one; one of
+      // some channels otherwise computes into this thread's buffers, z's channels copied in and the
+      // output copied out.
       char* out = at(y, y_offset, esize);
       const char* residual = z ? at(z, y_offset, esize) : nullptr;
       thread_local std::vector<char> channels_out, channels_residual;
-      if (!c.all_channels(p)) {
+      if (c.copies(p)) {
         channels_out.resize(static_cast<size_t>(pixels * c.kc) * esize);
         out = channels_out.data();
         if (residual) {
@@ -555,15 +614,21 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
         args[nargs++] = {DNNL_ARG_ATTR_MULTIPLE_POST_OP(residual_post_op(p.attr)) | DNNL_ARG_SRC_1, m.residual.get()};
       }
       thread_local dnnl::stream stream(cpu_engine());
-      dnnl::error::wrap_c_api(dnnl_primitive_execute(prim.conv.get(), stream.get(), nargs, args),
+      dnnl::error::wrap_c_api(dnnl_primitive_execute(prim.prim.get(), stream.get(), nargs, args),
                               "could not run a convolution");
       stream.wait();
-      if (activation_in_pass(p.dtype, p.attr)) {  // the chunk's output is dense and still in cache
+      if (activation_in_pass(p.dtype, p.attr)) {  // the chunk's output is still in cache
         const bool add_z = p.attr.residual == Residual::kPost;
-        activation_pass(p.attr, state_->isa, reinterpret_cast<float*>(out),
-                        add_z ? reinterpret_cast<const float*>(residual) : nullptr, pixels * c.kc);
+        float* o = reinterpret_cast<float*>(out);
+        const float* r = add_z ? reinterpret_cast<const float*>(residual) : nullptr;
+        if (c.in_place) {  // rows of kc values, K apart
+          for (int64_t i = 0; i < pixels; ++i)
+            activation_pass(p.attr, state_->isa, o + i * p.K, r ? r + i * p.K : nullptr, c.kc);
+        } else {  // dense
+          activation_pass(p.attr, state_->isa, o, r, pixels * c.kc);
+        }
       }
-      if (!c.all_channels(p)) copy_channels(at(y, y_offset, esize), p.K, out, c.kc, pixels, c.kc, esize);
+      if (c.copies(p)) copy_channels(at(y, y_offset, esize), p.K, out, c.kc, pixels, c.kc, esize);
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(error_mutex);
       if (error.empty()) error = std::string("oneDNN: ") + e.what();
