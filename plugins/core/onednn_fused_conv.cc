@@ -174,6 +174,7 @@ std::vector<Chunk> plan(const ConvProblem& p, int64_t threads, bool allow_in_pla
   const int64_t macs = p.N * P * p.Q() * filter_macs;
   const int64_t filter_bytes = filter_macs * static_cast<int64_t>(element_size(p.dtype));
   const bool split = threads > 1 && (macs >= kMinMacsToSplit || filter_bytes >= kMinFilterBytesToSplit);
+  const int64_t for_pass = pass_pieces(p);
   std::vector<Chunk> chunks;
   if (split && split_channels(p, threads, in_place)) {
     const int64_t kc = channels_per_piece(p, threads);
@@ -184,10 +185,10 @@ std::vector<Chunk> plan(const ConvProblem& p, int64_t threads, bool allow_in_pla
       c.in_place = in_place;
       chunks.push_back(c);
     }
-  } else if ((split && p.N < threads) || pass_pieces(p) > 1) {
+  } else if ((split && p.N < threads) || for_pass > 1) {
     // fewer images than threads, or an activation pass: each image cut into row pieces
     int64_t pieces = split ? (threads + p.N - 1) / p.N : 1;
-    pieces = std::min(P, std::max(pieces, (pass_pieces(p) + pieces - 1) / pieces * pieces));
+    pieces = std::min(P, std::max(pieces, (for_pass + pieces - 1) / pieces * pieces));
     const int64_t rows = (P + pieces - 1) / pieces;
     for (int64_t n = 0; n < p.N; ++n)
       for (int64_t p0 = 0; p0 < P; p0 += rows) chunks.push_back(rows_chunk(p, n, 1, p0, std::min(rows, P - p0)));
