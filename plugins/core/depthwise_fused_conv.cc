@@ -22,7 +22,7 @@ struct Geometry {
         SW(p.attr.stride_w), pad_top(p.attr.pad_top), pad_left(p.attr.pad_left), lanes(lanes),
         Cp(round_up(p.C, lanes)), residual(p.attr.residual), activation(p.attr.activation) {}
   int64_t N, H, W, C, P, Q, R, S, SH, SW, pad_top, pad_left, lanes;
-  int64_t Cp;  // C rounded up to whole vectors: the filters' row stride
+  int64_t Cp;  // C rounded up to whole vectors
   Residual residual;
   Activation activation;
 };
@@ -137,9 +137,11 @@ Status DepthwiseConv::run_with_mean(const ConvProblem& p, const void* x, const v
     return bf16 ? to_float(static_cast<const bfloat16_t*>(data)[i]) : static_cast<const float*>(data)[i];
   };
   const int64_t taps = g.R * g.S;
-  const auto filters = filters_.get(w, w_constant, taps * g.Cp, [&](float* f) {  // KRSC [C][R][S][1] to [R][S][Cp]
+  // KRSC [C][R][S][1] to [Cp / lanes][R][S][lanes]: a channel vector's taps one after another, so that the
+  // kernel reaches them all from one pointer (with [R][S][Cp], each tap's offset took a register of its own)
+  const auto filters = filters_.get(w, w_constant, taps * g.Cp, [&](float* f) {
     for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t t = 0; t < taps; ++t) f[t * g.Cp + c] = value(w, c * taps + t);
+      for (int64_t t = 0; t < taps; ++t) f[(c / g.lanes * taps + t) * g.lanes + c % g.lanes] = value(w, c * taps + t);
   });
   const float* f = filters->data;
   if (bf16) {  // the bias in fp32, as the filters
