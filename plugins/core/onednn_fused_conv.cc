@@ -131,11 +131,16 @@ int64_t channels_per_piece(const ConvProblem& p, int64_t threads) {
 constexpr int64_t kMinInPlacePixels = 96;
 constexpr int64_t kMinInPlaceFilterBytes = 1 << 20;
 
-bool in_place_pieces(const ConvProblem& p) {
+// A 1x1 with unit stride and no padding: its pixels are independent rows of a GEMM.
+bool unit_1x1(const ConvProblem& p) {
   const ConvAttributes& a = p.attr;
-  return p.dtype == DType::kFloat && p.N == 1 && p.W == 1 && p.R == 1 && p.S == 1 && a.group == 1 &&
-         a.stride_h == 1 && a.stride_w == 1 && a.pad_top == 0 && a.pad_bottom == 0 && a.pad_left == 0 &&
-         a.pad_right == 0 && p.H >= kMinInPlacePixels && p.K * p.C * 4 >= kMinInPlaceFilterBytes;
+  return p.R == 1 && p.S == 1 && a.stride_h == 1 && a.stride_w == 1 && a.pad_top == 0 && a.pad_left == 0 &&
+         a.pad_bottom == 0 && a.pad_right == 0;
+}
+
+bool in_place_pieces(const ConvProblem& p) {
+  return p.dtype == DType::kFloat && p.N == 1 && p.W == 1 && unit_1x1(p) && p.attr.group == 1 &&
+         p.H >= kMinInPlacePixels && p.K * p.C * 4 >= kMinInPlaceFilterBytes;
 }
 
 bool split_channels(const ConvProblem& p, int64_t threads, bool in_place) {
@@ -216,10 +221,7 @@ std::vector<Chunk> plan(const ConvProblem& p, int64_t threads, bool allow_in_pla
 // of N*H*W rows of a pixel each, its chunks split evenly: a 7x7 layer's 49 pixels as 25 + 24 where
 // whole rows split 28 + 21 (1.13x on EfficientNet-B0's 7x7 1x1s, 2 threads), as fast per pixel.
 ConvProblem as_pixel_column(const ConvProblem& p) {
-  const ConvAttributes& a = p.attr;
-  if (p.R != 1 || p.S != 1 || a.stride_h != 1 || a.stride_w != 1 || a.pad_top != 0 || a.pad_left != 0 ||
-      a.pad_bottom != 0 || a.pad_right != 0)
-    return p;
+  if (!unit_1x1(p)) return p;
   ConvProblem column = p;
   column.N = 1;
   column.H = p.N * p.H * p.W;
