@@ -30,6 +30,7 @@ from .passes.channel_mean import channel_mean
 from .passes.channel_copy import channel_copy
 from .passes.channel_scale import channel_scale
 from .passes.conv_mean import conv_mean, split_conv_means
+from .passes.conv_scale import conv_scale, split_conv_scales
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
 from .passes.fold_affine import fold_affine
@@ -612,7 +613,7 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     report.ops_before = _op_counts(template)
     defaults = _overridable_initializers(graph, template)
     with _timed(report, "canonicalize", progress, free_memory):
-        graph = canonicalize(split_conv_means(graph, report), report)
+        graph = canonicalize(split_conv_scales(split_conv_means(graph, report), report), report)
     with _timed(report, "shape_constants", progress, free_memory):
         graph = shape_constants(graph, report)
     with _timed(report, "concat_of_slices", progress, free_memory):  # on the Slice bounds shape_constants made
@@ -686,7 +687,10 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = convert_precision(graph, report, precision, target)
         with _timed(report, "input_layout", progress, free_memory):  # after precision: moves 16-bit data
             graph = input_layout(graph, report, target)
-        with _timed(report, "conv_mean", progress, free_memory):  # last: on the nodes as every pass left them
+        # last: on the nodes as every pass left them
+        with _timed(report, "conv_scale", progress, free_memory):
+            graph = conv_scale(graph, report, target, precision)
+        with _timed(report, "conv_mean", progress, free_memory):
             graph = conv_mean(graph, report, target, precision)
     with _timed(report, "cleanup", progress, free_memory):
         out = cleanup(graph, report, template, defaults, input_structure)

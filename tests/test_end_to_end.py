@@ -11,6 +11,7 @@ from models import zoo
 from optimizer import contract
 from optimizer.cli import main
 from optimizer.passes.conv_mean import OP_TYPE as CONV_MEAN
+from optimizer.passes.conv_scale import OP_TYPE as CONV_SCALE
 from optimizer.passes.layout import ELEMENTWISE, GLOBAL_POOLS, REDUCTIONS
 from optimizer.passes.load import validate
 from optimizer.passes.matmul_as_conv import REWRITE as MATMUL_AS_CONV
@@ -29,7 +30,8 @@ ACTIVATION_OPS = {"Relu", "LeakyRelu", "Elu", "Softplus", "Sigmoid", "Tanh", "Ha
 # fp16/bf16: unit roundoff 2^-11 / 2^-8 per rounding of weights, activations and each layer's
 # output; through these ≤ 20-layer nets the relative L2 error stays an order below these bounds.
 TOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 5e-2}
-FUSED = {contract.OP_TYPE, CONV_MEAN}  # a conv with its channel mean on ort-cpu is FusedConvMean
+# on ort-cpu a conv with its channel mean is FusedConvMean, one of a gated input FusedConvScaled
+FUSED = {contract.OP_TYPE, CONV_MEAN, CONV_SCALE}
 AGNOSTIC = ELEMENTWISE | REDUCTIONS | set(GLOBAL_POOLS) | {"Concat", "Split", "Slice", "Pad", "Resize", "Transpose"}
 
 

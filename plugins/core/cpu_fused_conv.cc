@@ -195,6 +195,87 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
   return with_mean(reference_fused_conv(p, x, w, b, z, y, parallel_for));
 }
 
+namespace {
+
+// A buffer of at least `bytes` for one call on the calling thread, kept for its next call: a fresh block of
+// hundreds of KB on every call is an mmap whose pages fault in again each time. `slot`: 0 or 1.
+void* call_buffer(int slot, size_t bytes) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& buffer = buffers[slot];
+  if (buffer.size() * sizeof(float) < bytes) buffer.resize((bytes + sizeof(float) - 1) / sizeof(float));
+  return buffer.data();
+}
+
+template <class T>
+Status scale_rows(const void* x, const void* s, void* y, int64_t N, int64_t pixels, int64_t C, bool per_image,
+                  const ParallelFor& parallel_for) {
+  return channel_scale_cpu(static_cast<const T*>(x), static_cast<const T*>(s), static_cast<T*>(y), N, pixels, C,
+                           per_image, parallel_for);
+}
+
+// KRSC filters w ([K][R][S][C / group]) with each tap's input channel times s ([C]) into `scaled`.
+template <class T>
+Status scale_filters(const ConvProblem& p, const void* w, const void* s, void* scaled,
+                     const ParallelFor& parallel_for) {
+  const int64_t group = p.attr.group, cg = p.C / group, rows = p.K / group * p.R * p.S;
+  for (int64_t g = 0; g < group; ++g)  // a group's filters: rows of cg channels, each times the group's scales
+    EPIFUSE_RETURN_IF_ERROR(scale_rows<T>(static_cast<const T*>(w) + g * rows * cg, static_cast<const T*>(s) + g * cg,
+                                          static_cast<T*>(scaled) + g * rows * cg, 1, rows, cg, false, parallel_for));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CpuFusedConv::run_scaled(const ConvProblem& p, const void* x, const void* x_scale, bool scales_per_image,
+                                const void* w, bool w_constant, const void* b, const void* z, void* y,
+                                const ParallelFor& parallel_for) {
+  if (p.dtype != DType::kFloat && p.dtype != DType::kBFloat16)
+    return Status::Error(std::string("the scaled conv has no ") + dtype_name(p.dtype) + " kernel");
+  bool empty = false;
+  EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
+  if (empty) return Status::Ok();
+  if (x_scale == nullptr) return Status::Error("the input scale is missing");
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  const size_t element = bf16 ? 2 : 4;
+  const int64_t filters = p.K * p.R * p.S * (p.C / p.attr.group), image = p.H * p.W * p.C;
+  const bool each_image = scales_per_image && p.N > 1;
+  ConvProblem one = p;
+  if (each_image) one.N = 1;
+  DirectConv* direct = nullptr;
+  if (kernel_ != CpuKernel::kReference) EPIFUSE_RETURN_IF_ERROR(choose(one, parallel_for, &direct));
+  // oneDNN with constant filters: each thread scales the filters of its piece in the layout they were
+  // reordered into once, just before its conv reads them (faster than the scaled X on every squeeze-excite
+  // projection measured, 7x7x1152 -> 192 included); another kernel takes scaled plain filters where they are
+  // the smaller tensor
+  const bool in_layout = kernel_ != CpuKernel::kReference && direct == nullptr && w_constant;
+  if (in_layout || filters < image) {
+    void* scaled = in_layout ? nullptr : call_buffer(0, static_cast<size_t>(filters) * element);
+    const int64_t y_image = p.P() * p.Q() * p.K;
+    for (int64_t n = 0; n < (each_image ? p.N : 1); ++n) {
+      const void* s = static_cast<const char*>(x_scale) + n * p.C * element;
+      const int64_t xo = n * image * element, yo = n * y_image * element;  // image n's bytes
+      const char* xn = static_cast<const char*>(x) + xo;
+      const char* zn = z ? static_cast<const char*>(z) + yo : nullptr;
+      char* yn = static_cast<char*>(y) + yo;
+      if (in_layout) {
+        bool refused = true;
+        EPIFUSE_RETURN_IF_ERROR(onednn_.run(one, xn, w, true, b, zn, yn, parallel_for, &refused, s));
+        if (!refused) continue;
+        scaled = call_buffer(0, static_cast<size_t>(filters) * element);  // oneDNN refused: plain scaled filters
+      }
+      EPIFUSE_RETURN_IF_ERROR(bf16 ? scale_filters<bfloat16_t>(p, w, s, scaled, parallel_for)
+                                   : scale_filters<float>(p, w, s, scaled, parallel_for));
+      EPIFUSE_RETURN_IF_ERROR(run(one, xn, scaled, false, b, zn, yn, parallel_for));
+    }
+    return Status::Ok();
+  }
+  void* gated = call_buffer(1, static_cast<size_t>(p.N * image) * element);
+  const int64_t pixels = p.H * p.W;
+  const auto scale_x = bf16 ? scale_rows<bfloat16_t> : scale_rows<float>;
+  EPIFUSE_RETURN_IF_ERROR(scale_x(x, x_scale, gated, p.N, pixels, p.C, scales_per_image, parallel_for));
+  return run(p, gated, w, w_constant, b, z, y, parallel_for);
+}
+
 Status CpuFusedConv::kernel_name(const ConvProblem& p, std::string* name) {
   *name = "reference";
   if (kernel_ == CpuKernel::kReference || p.N <= 0) return Status::Ok();

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "channel_scale.h"
 #include "onednn_fused_conv.h"
 #include "reference_fused_conv.h"
 #include "depthwise_fused_conv.h"
@@ -36,6 +37,14 @@ class CpuFusedConv {
   // depthwise kernel's registers where that kernel runs p, else a pass over y.
   Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
              const void* z, void* y, const ParallelFor& parallel_for, void* mean = nullptr);
+
+  // The conv of x * x_scale (epifuse::FusedConvScaled: a squeeze-excite gate and the conv that reads the gated
+  // tensor), float or bfloat16: x_scale [N][C], or [1][C] for every image where !scales_per_image. The gated
+  // tensor is never written where the filters can be scaled instead, image by image: by oneDNN's threads in
+  // the layout it reordered constant filters into, or plain for a direct kernel where the filters are the
+  // smaller tensor; else x * x_scale goes into a buffer of the calling thread, then the conv.
+  Status run_scaled(const ConvProblem& p, const void* x, const void* x_scale, bool scales_per_image, const void* w,
+                    bool w_constant, const void* b, const void* z, void* y, const ParallelFor& parallel_for);
 
   // What runs `p` (every dimension known): "winograd F(2x2,3x3) avx512" (or avx2), "depthwise direct avx512"
   // (or avx2), "onednn <implementation>" or "reference". Where a direct kernel and oneDNN both can, this

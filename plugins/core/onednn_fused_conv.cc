@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "cpu_epilogue.h"
 #include "cpu_isa.h"
 #include "float_types.h"
+#include "simd_math.h"
 
 namespace epifuse {
 
@@ -409,10 +411,19 @@ struct Plan {
   bool refused = false;
 };
 
+// Where each input channel's taps lie in reordered filters: runs of `run` elements of one channel each,
+// channel[i] that of run i (oneDNN's blocked filter layouts keep a block of output channels innermost:
+// Acdb32a, ABcd16b16a; runs of 1 where they do not).
+struct ChannelRuns {
+  int64_t run = 1;
+  std::vector<int32_t> channel;
+};
+
 struct ReorderedWeights {
   memory::desc layout;
   int64_t k0;
   memory data;
+  std::shared_ptr<const ChannelRuns> runs;  // made at the first scaled call
 };
 
 struct OnednnConv::State {
@@ -474,6 +485,88 @@ memory reorder_weights(const ConvProblem& p, const void* w, int64_t k0, const me
   return out;
 }
 
+// The input channel of each element of the filters reordered into `layout` (chunk k0's): filters of
+// channel numbers reordered as the filters were, in two parts that both p's types hold exactly (1 + c % 128
+// and 1 + c / 128: bfloat16 has 8 significant bits). Padding comes out 0, a channel of none: its filters are
+// zero, and any scale leaves them so.
+constexpr int64_t kMaxScaledChannels = 128 * 256;
+
+std::shared_ptr<const ChannelRuns> channel_runs(const ConvProblem& p, int64_t k0, const memory::desc& layout) {
+  constexpr int32_t kPadding = -1;
+  const int64_t cg = p.C / p.attr.group, kg = p.K / p.attr.group, taps = p.R * p.S;
+  const size_t esize = element_size(p.dtype);
+  const int64_t elements = static_cast<int64_t>(layout.get_size() / esize);
+  std::vector<int32_t> channel(static_cast<size_t>(elements), 0);
+  for (int part = 0; part < 2; ++part) {
+    std::vector<char> numbers(static_cast<size_t>(p.K * taps * cg) * esize);
+    for (int64_t k = 0; k < p.K; ++k)
+      for (int64_t t = 0; t < taps; ++t)
+        for (int64_t c = 0; c < cg; ++c) {
+          const int64_t input = k / kg * cg + c, i = (k * taps + t) * cg + c;
+          const float v = static_cast<float>(1 + (part == 0 ? input % 128 : input / 128));
+          if (p.dtype == DType::kFloat) reinterpret_cast<float*>(numbers.data())[i] = v;
+          else reinterpret_cast<bfloat16_t*>(numbers.data())[i] = from_float<bfloat16_t>(v);
+        }
+    const memory reordered = reorder_weights(p, numbers.data(), k0, layout);
+    const char* data = static_cast<const char*>(reordered.get_data_handle());
+    for (int64_t i = 0; i < elements; ++i) {
+      const int32_t v = static_cast<int32_t>(p.dtype == DType::kFloat ? reinterpret_cast<const float*>(data)[i]
+                                             : to_float(reinterpret_cast<const bfloat16_t*>(data)[i]));
+      channel[i] = v == 0 || channel[i] == kPadding ? kPadding : channel[i] + (v - 1) * (part == 0 ? 1 : 128);
+    }
+  }
+  // The longest run length every run of one channel (padding joins any) is a multiple of.
+  const auto run_channel = [&](int64_t i, int64_t run) {
+    int32_t found = kPadding;
+    for (int64_t j = i; j < i + run; ++j) {
+      if (channel[j] == kPadding) continue;
+      if (found != kPadding && channel[j] != found) return std::optional<int32_t>();
+      found = channel[j];
+    }
+    return std::optional<int32_t>(found == kPadding ? 0 : found);
+  };
+  auto runs = std::make_shared<ChannelRuns>();
+  for (int64_t run : {64, 32, 16, 8, 1}) {
+    if (elements % run != 0) continue;
+    std::vector<int32_t> of_runs;
+    for (int64_t i = 0; i < elements; i += run) {
+      const std::optional<int32_t> c = run_channel(i, run);
+      if (!c) break;
+      of_runs.push_back(*c);
+    }
+    if (static_cast<int64_t>(of_runs.size()) * run == elements) {
+      runs->run = run;
+      runs->channel = std::move(of_runs);
+      break;
+    }
+  }
+  return runs;
+}
+
+EPIFUSE_AVX512 void scale_runs_avx512(const ChannelRuns& runs, const float* w, const float* s, float* out) {
+  const int64_t n = runs.run;
+  for (size_t r = 0; r < runs.channel.size(); ++r) {
+    const __m512 scale = _mm512_set1_ps(s[runs.channel[r]]);
+    for (int64_t i = static_cast<int64_t>(r) * n, end = i + n; i < end; i += 16)
+      _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(w + i), scale));
+  }
+}
+
+// out = w with each run of `runs` times its channel's scale in s ([C]).
+template <class T>
+void scale_runs(const ChannelRuns& runs, const T* w, const T* s, T* out, VectorIsa isa) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (isa == VectorIsa::kAvx512 && runs.run % 16 == 0) return scale_runs_avx512(runs, w, s, out);
+  }
+  const int64_t n = runs.run;
+  for (size_t r = 0; r < runs.channel.size(); ++r) {
+    const float scale = to_float(s[runs.channel[r]]);
+    const T* from = w + static_cast<int64_t>(r) * n;
+    T* to = out + static_cast<int64_t>(r) * n;
+    for (int64_t i = 0; i < n; ++i) to[i] = from_float<T>(to_float(from[i]) * scale);
+  }
+}
+
 // `channels` values of each of `pixels` rows, from rows `from_stride` values apart to rows `to_stride` apart.
 void copy_channels(char* to, int64_t to_stride, const char* from, int64_t from_stride, int64_t pixels,
                    int64_t channels, size_t esize) {
@@ -486,7 +579,7 @@ void copy_channels(char* to, int64_t to_stride, const char* from, int64_t from_s
 // re-pointed at each: making them per call (a malloc and a oneDNN object per tensor) cost more
 // than a small layer's convolution. Per thread, since re-pointing a shared one would race.
 struct ThreadMemories {
-  memory src, bias, dst, scratchpad, residual;
+  memory src, bias, dst, scratchpad, residual, weights;
 };
 
 // Past this many primitives a thread drops them all (some may be a closed session's): a few MB at most.
@@ -500,7 +593,7 @@ ThreadMemories& thread_memories(const Primitive& prim) {
   dnnl::engine& engine = cpu_engine();
   ThreadMemories made{memory(prim.src, engine, nullptr), memory(prim.bias, engine, nullptr),
                       memory(prim.dst, engine, nullptr), memory(prim.scratchpad, engine, nullptr),
-                      memory(prim.dst, engine, nullptr)};
+                      memory(prim.dst, engine, nullptr), memory(prim.weights, engine, nullptr)};
   return cache.emplace(prim.serial, std::move(made)).first->second;
 }
 
@@ -525,14 +618,19 @@ std::string OnednnConv::implementation(const ConvProblem& problem) {
 }
 
 Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w, bool w_constant, const void* b,
-                       const void* z, void* y, const ParallelFor& parallel_for, bool* refused) {
+                       const void* z, void* y, const ParallelFor& parallel_for, bool* refused,
+                       const void* w_scale) {
   const ConvProblem p = as_pixel_column(problem);
   *refused = true;
+  if (w_scale != nullptr && (!w_constant || (p.dtype != DType::kFloat && p.dtype != DType::kBFloat16)))
+    return Status::Error("filters scaled in oneDNN's layout must be constant, float or bfloat16");
+  if (w_scale != nullptr && p.C > kMaxScaledChannels) return Status::Ok();  // refused: channel_runs' numbers
   if (p.attr.activation.kind == ActivationKind::kClip && p.attr.activation.params[0] > p.attr.activation.params[1])
     return Status::Ok();  // min > max: ONNX's Clip returns max everywhere, oneDNN's clip differs
   // Primitives and filters under the lock; executions run unlocked (each has its own scratchpad).
   const Plan* plan_ptr;
   std::vector<memory> weights;
+  std::vector<std::shared_ptr<const ChannelRuns>> runs;  // where w_scale: each chunk's filters' channel runs
   try {
     std::lock_guard<std::mutex> lock(state_->mutex);
     plan_ptr = &state_->plan_for(p);  // map nodes stay put: the pointer outlives the lock
@@ -549,8 +647,12 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
       const int64_t k0 = plan_ptr->chunks[i].k0;
       auto it = std::find_if(cache.begin(), cache.end(),
                              [&](const ReorderedWeights& e) { return e.k0 == k0 && e.layout == layout; });
-      if (it == cache.end()) it = cache.insert(cache.end(), {layout, k0, reorder_weights(p, w, k0, layout)});
+      if (it == cache.end()) it = cache.insert(cache.end(), {layout, k0, reorder_weights(p, w, k0, layout), nullptr});
       weights.push_back(it->data);
+      if (w_scale != nullptr) {
+        if (!it->runs) it->runs = channel_runs(p, k0, layout);
+        runs.push_back(it->runs);
+      }
     }
   } catch (const dnnl::error& e) {
     return Status::Error(std::string("oneDNN: ") + e.what());
@@ -602,12 +704,27 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
       thread_local std::vector<char> scratch;
       if (scratch.size() < prim.scratchpad.get_size()) scratch.resize(prim.scratchpad.get_size());
       ThreadMemories& m = thread_memories(prim);
+      if (w_scale != nullptr) {  // the chunk's filters scaled on its own thread: they stay in that core's cache
+        // 64-byte aligned, as oneDNN's own copies: its kernels read the filters a cache line at a time
+        thread_local std::vector<char> buffer;
+        const size_t bytes = runs[i]->channel.size() * static_cast<size_t>(runs[i]->run) * esize;
+        buffer.resize(bytes + 64);
+        char* scaled = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+        const void* from = weights[i].get_data_handle();
+        if (p.dtype == DType::kFloat)
+          scale_runs(*runs[i], static_cast<const float*>(from), static_cast<const float*>(w_scale),
+                     reinterpret_cast<float*>(scaled), state_->isa);
+        else
+          scale_runs(*runs[i], static_cast<const bfloat16_t*>(from), static_cast<const bfloat16_t*>(w_scale),
+                     reinterpret_cast<bfloat16_t*>(scaled), state_->isa);
+        m.weights.set_data_handle(scaled);
+      }
       m.src.set_data_handle(at(x, x_offset, esize));
       m.bias.set_data_handle(const_cast<float*>(bias + c.k0));
       m.dst.set_data_handle(out);
       m.scratchpad.set_data_handle(scratch.data());
       dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, m.src.get()},
-                                 {DNNL_ARG_WEIGHTS, weights[i].get()},
+                                 {DNNL_ARG_WEIGHTS, w_scale ? m.weights.get() : weights[i].get()},
                                  {DNNL_ARG_BIAS, m.bias.get()},
                                  {DNNL_ARG_DST, m.dst.get()},
                                  {DNNL_ARG_SCRATCHPAD, m.scratchpad.get()}};

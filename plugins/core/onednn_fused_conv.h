@@ -25,8 +25,12 @@ class OnednnConv {
   // nothing when oneDNN has no optimized implementation for it (e.g. fp16 on a CPU without
   // native fp16): then the caller runs the reference kernel. `w_constant` says the filter data
   // never changes between calls, so its reordered copy can be kept.
+  // `w_scale` ([C] of p's type, with constant filters): the conv of x times it, each input channel's
+  // filter taps scaled in the layout the filters were reordered into once (a squeeze-excite gate), not
+  // in the plain filters with a reorder on every call.
   Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
-             const void* z, void* y, const ParallelFor& parallel_for, bool* refused);
+             const void* z, void* y, const ParallelFor& parallel_for, bool* refused,
+             const void* w_scale = nullptr);
 
   // Drops the reordered copy of constant filters (a later run makes it again).
   void release_filters();

@@ -1,6 +1,7 @@
 // ONNX Runtime custom-op library for epifuse::FusedConv: the CPUExecutionProvider kernel (float,
-// float16, bfloat16; and FusedConvMean, FusedConv with its output's channel mean) and, in CUDA builds,
-// the CUDAExecutionProvider kernel (fused_conv_cuda.cc).
+// float16, bfloat16; FusedConvMean, FusedConv with its output's channel mean; FusedConvScaled, FusedConv
+// of its input times a channel scale) and, in CUDA builds, the CUDAExecutionProvider kernel
+// (fused_conv_cuda.cc).
 // API glue only: attribute parsing, validation and the kernels live in plugins/core and
 // plugins/kernels. Built against the oldest supported ORT headers with ORT_API_MANUAL_INIT and
 // without linking libonnxruntime: the host process supplies the API table through
@@ -19,8 +20,9 @@ namespace {
 
 template <class T>
 struct FusedConvCpuKernel {
-  FusedConvCpuKernel(const OrtApi*, const OrtKernelInfo* info, const char* op_type = "FusedConv")
-      : node_(info, op_type) {
+  FusedConvCpuKernel(const OrtApi*, const OrtKernelInfo* info, const char* op_type = "FusedConv",
+                     std::initializer_list<const char*> inputs = {"X", "W", "B"})
+      : node_(info, op_type, inputs) {
     int constant = 0;
     try {
       Ort::ConstKernelInfo(info).GetTensorConstantInput(1, &constant);
@@ -78,6 +80,42 @@ struct FusedConvMeanCpuKernel : FusedConvCpuKernel<T> {
   }
 };
 
+constexpr const char* kFusedConvScaled = "FusedConvScaled";
+
+// epifuse::FusedConvScaled (CPU, float and bfloat16): FusedConv of X * S, S [N or 1, 1, 1, C] a squeeze-excite
+// gate (optimizer/passes/conv_scale.py). Inputs X, W, B, S and the optional Z. Where the filters are the
+// smaller tensor they are scaled instead of X, so the gated tensor is never written (CpuFusedConv::run_scaled).
+template <class T>
+struct FusedConvScaledCpuKernel : FusedConvCpuKernel<T> {
+  FusedConvScaledCpuKernel(const OrtApi* api, const OrtKernelInfo* info)
+      : FusedConvCpuKernel<T>(api, info, kFusedConvScaled, {"X", "W", "B", "S"}) {}
+
+  Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B,
+                      const Tensor<T>& S, std::optional<const Tensor<T>*> Z, Tensor<T>& Y) {
+    const auto& node = this->node_;
+    try {
+      const Tensor<T>* z = node.residual(Z);
+      epifuse::ConvProblem p;
+      Status s = node.bind(X, W, B, z, &p);
+      const Dims& scale = S.Shape();
+      if (s.ok() && (scale.size() != 4 || scale[1] != 1 || scale[2] != 1 || scale[3] != p.C ||
+                     (scale[0] != 1 && scale[0] != p.N)))
+        return node.error("S must be [N or 1, 1, 1, C] for X " + epifuse::dims_text(X.Shape()) + ", got " +
+                          epifuse::dims_text(scale));
+      if (s.ok()) {
+        T* y = Y.Allocate({p.N, p.P(), p.Q(), p.K});
+        const Ort::KernelContext ctx(context);
+        s = this->cpu_.run_scaled(p, X.DataRaw(), S.DataRaw(), scale[0] != 1, W.DataRaw(), this->w_constant_,
+                                  B.DataRaw(), z ? z->DataRaw() : nullptr, y, ort_threads(ctx));
+      }
+      if (!s.ok()) return node.error(s.message());
+    } catch (const std::exception& e) {
+      return node.error(e.what(), ORT_RUNTIME_EXCEPTION);
+    }
+    return Ort::Status{nullptr};
+  }
+};
+
 }  // namespace
 
 void add_cpu_ops(OpList* ops) {
@@ -85,6 +123,10 @@ void add_cpu_ops(OpList* ops) {
   ops->emplace_back(Ort::Custom::CreateLiteCustomOp<FusedConvMeanCpuKernel<float>>(kFusedConvMean, "CPUExecutionProvider"));
   ops->emplace_back(
       Ort::Custom::CreateLiteCustomOp<FusedConvMeanCpuKernel<Ort::BFloat16_t>>(kFusedConvMean, "CPUExecutionProvider"));
+  using Ort::Custom::CreateLiteCustomOp;
+  ops->emplace_back(CreateLiteCustomOp<FusedConvScaledCpuKernel<float>>(kFusedConvScaled, "CPUExecutionProvider"));
+  ops->emplace_back(
+      CreateLiteCustomOp<FusedConvScaledCpuKernel<Ort::BFloat16_t>>(kFusedConvScaled, "CPUExecutionProvider"));
   add_layout_cpu_ops(ops);
   add_channel_scale_cpu_ops(ops);
   add_channel_mean_cpu_ops(ops);

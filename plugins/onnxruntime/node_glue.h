@@ -126,17 +126,20 @@ struct NamedNode {
 template <class T>
 struct NodeAttributes : NamedNode {
   epifuse::ConvAttributes attr;
-  bool has_z = false;  // Z given (an input 3 named "" is no Z)
+  bool has_z = false;  // Z given (an input named "" is no Z)
+  size_t z_input = 3;  // Z's input index: 3, or 4 after FusedConvScaled's S
 
-  explicit NodeAttributes(const OrtKernelInfo* raw_info, const char* op_type = "FusedConv") {
+  explicit NodeAttributes(const OrtKernelInfo* raw_info, const char* op_type = "FusedConv",
+                          std::initializer_list<const char*> required = {"X", "W", "B"})
+      : z_input(required.size()) {
     const Ort::ConstKernelInfo info{raw_info};
     node = describe_node(info, op_type);
     Status s = Status::Ok();
     try {
-      s = require_inputs(info, {"X", "W", "B"});
-      has_z = has_input(info, 3);
-      if (s.ok() && info.GetInputCount() > 3 && !has_z)  // the contract omits an absent Z; "" is not that
-        s = Status::Error("input 3 (Z) is named \"\": omit it when there is no residual");
+      s = require_inputs(info, required);
+      has_z = has_input(info, z_input);
+      if (s.ok() && info.GetInputCount() > z_input && !has_z)  // the contract omits an absent Z; "" is not that
+        s = Status::Error("input " + std::to_string(z_input) + " (Z) is named \"\": omit it when there is no residual");
       if (s.ok()) s = epifuse::parse_attributes(read_attributes(info), &attr);
     } catch (const Ort::Exception& e) {
       s = Status::Error(e.what());
@@ -161,7 +164,7 @@ struct NodeAttributes : NamedNode {
   Status check_declared_shapes(const Ort::ConstKernelInfo& info) const {
     EPIFUSE_RETURN_IF_ERROR(epifuse::check_residual_input(attr.residual, has_z));
     const auto x = declared_shape(info, 0), w = declared_shape(info, 1), b = declared_shape(info, 2);
-    const auto z = has_z ? declared_shape(info, 3) : std::nullopt;
+    const auto z = has_z ? declared_shape(info, z_input) : std::nullopt;
     if (!x || x->size() != 4 || !w || w->size() != 4) return Status::Ok();
     epifuse::ConvProblem unused;
     return epifuse::bind_shapes(attr, kDType<T>, *x, *w, b && b->size() == 1 ? &*b : nullptr, has_z,

@@ -1,5 +1,5 @@
 // The custom ops each part of the library registers under the "epifuse" domain: FusedConv,
-// NchwToNhwc and (CPU) FusedConvMean, ChannelScale, ChannelMean, ChannelConcat, ChannelSlice and LayerNorm.
+// NchwToNhwc and (CPU) FusedConvMean, FusedConvScaled, ChannelScale, ChannelMean, ChannelConcat, ChannelSlice and LayerNorm.
 #pragma once
 #include <memory>
 #include <vector>
