@@ -13,9 +13,11 @@ the same tensors in NCHW (axis=1, what the original model runs), timed the same 
 channels of an NHWC tensor (a C2f chunk's second half, a CSP block's split): ORT's Slice(axes=[3]) against
 epifuse::ChannelSlice, beside ORT's Slice of the NCHW tensor's channels, timed the same way. (7) A
 depthwise conv and the squeeze-excite pool of its output: epifuse::FusedConv and epifuse::ChannelMean
-against the one epifuse::FusedConvMean, timed the same way.
+against the one epifuse::FusedConvMean, timed the same way. (8) A squeeze-excite gate and the conv that
+reads the gated tensor: epifuse::ChannelScale and epifuse::FusedConv against the one epifuse::FusedConvScaled,
+timed the same way.
 
-    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm|concat|slice|conv-mean]
+    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm|concat|slice|conv-mean|conv-scale]
 
 Times are wall times of session.run, each side's median over interleaved runs; every side pays the
 same session overhead (a few microseconds) and output allocation.
@@ -39,6 +41,7 @@ from optimizer.passes.channel_copy import SLICE_OP
 from optimizer.passes.channel_mean import OP_TYPE as MEAN_OP
 from optimizer.passes.channel_scale import OP_TYPE as SCALE_OP
 from optimizer.passes.conv_mean import OP_TYPE as CONV_MEAN_OP
+from optimizer.passes.conv_scale import OP_TYPE as CONV_SCALE_OP
 from optimizer.passes.input_layout import OP_TYPE
 from optimizer.passes.layer_norm import OP_TYPE as NORM_OP
 from optimizer.runtime import session_options
@@ -300,16 +303,56 @@ def conv_mean_table(runs: int) -> list[str]:
     return lines
 
 
+# (what it is, H, C, K): the squeeze-excite projections (1x1 convs of the gated tensor), at 224x224
+CONV_SCALES = [
+    ("EfficientNet-B0 block 1", 112, 32, 16),
+    ("EfficientNet-B0 block 3", 56, 144, 24),
+    ("EfficientNet-B0 block 5", 28, 240, 40),
+    ("EfficientNet-B0 block 8", 14, 480, 80),
+    ("EfficientNet-B0 block 11", 14, 672, 112),
+    ("EfficientNet-B0 block 15", 7, 1152, 192),
+    ("MobileNetV3-Large block 5", 28, 120, 40),
+    ("MobileNetV3-Large block 11", 14, 480, 112),
+    ("MobileNetV3-Large block 12", 14, 672, 112),
+    ("MobileNetV3-Large block 14", 7, 960, 160),
+]
+
+
+def conv_scale_table(runs: int) -> list[str]:
+    lines = ["| squeeze-excite gate + projection | 1 x H x W x C -> K | threads | ChannelScale + FusedConv µs | "
+             "FusedConvScaled µs | speed-up |", "|---|---|---:|---:|---:|---:|"]
+    for name, h, c, k in CONV_SCALES:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((1, h, h, c)).astype(np.float32)
+        s = rng.uniform(0.0, 1.0, (1, 1, 1, c)).astype(np.float32)
+        w = helper.make_tensor("w", TensorProto.FLOAT, [k, 1, 1, c],
+                               (rng.standard_normal((k, c)) / np.sqrt(c)).astype(np.float32))
+        b = helper.make_tensor("b", TensorProto.FLOAT, [k], rng.standard_normal(k).astype(np.float32))
+        sides = {"two": [helper.make_node(SCALE_OP, ["x", "s"], ["g"], domain="epifuse"),
+                         helper.make_node("FusedConv", ["g", "w", "b"], ["y"], domain="epifuse")],
+                 "epifuse": [helper.make_node(CONV_SCALE_OP, ["x", "w", "b", "s"], ["y"], domain="epifuse")]}
+        feeds = {side: {"x": x, "s": s} for side in sides}
+        serialized = {side: _micro_model(nodes, feeds[side], [w, b]) for side, nodes in sides.items()}
+        y, y2 = (_outputs(serialized[side], feeds[side])[0] for side in ("two", "epifuse"))
+        assert np.linalg.norm(y2 - y) <= 1e-6 * np.linalg.norm(y)  # the same sums, rounded in another order
+        for threads in (None, 1):
+            us = _timed_in_blocks(serialized, feeds, runs, threads)
+            lines.append(f"| {name} | 1x{h}x{h}x{c} -> {k} | {threads or 'default'} | {us['two']:.0f} | "
+                         f"{us['epifuse']:.0f} | {us['two'] / us['epifuse']:.2f}x |")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--only", choices=["layout", "scale", "mean", "norm", "concat", "slice", "conv-mean"],
+    ap.add_argument("--only", choices=["layout", "scale", "mean", "norm", "concat", "slice", "conv-mean",
+                                       "conv-scale"],
                     help="one table instead of all")
     args = ap.parse_args()
     print(f"\n{_cpu_name()}, {os.cpu_count()} threads, onnxruntime {ort.__version__}, epifuse {__version__}, "
           f"Python {platform.python_version()}\n")
     tables = {"scale": scale_table, "mean": mean_table, "norm": norm_table, "concat": concat_table,
-              "slice": slice_table, "conv-mean": conv_mean_table}
+              "slice": slice_table, "conv-mean": conv_mean_table, "conv-scale": conv_scale_table}
     if args.only in tables:
         print("\n".join(tables[args.only](args.runs)))
         return 0

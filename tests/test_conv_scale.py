@@ -1,21 +1,24 @@
 """conv_scale: on ort-cpu a ChannelScale (a squeeze-excite gate) and the FusedConv that reads its product become
-one epifuse::FusedConvScaled, the conv of X * S. The op against float64 numpy on the scaled input and against
-the two nodes it replaces, on each of its ways: oneDNN scaling its reordered filters in their blocked layout
-(row, channel and in-place matmul pieces, padded blocks, groups, one scale for every image or one each), plain
-scaled filters for a direct kernel or filters that are graph inputs, the scaled X where the filters are the
-larger tensor; bf16; bad S shapes; the pass on zoo models, in bf16, for other targets, on a model optimized
-before."""
+one epifuse::FusedConvScaled, the conv of X * S, where the conv's filters are no larger than an image of X.
+The op against float64 numpy on the scaled input and against the two nodes it replaces, on each of its ways:
+oneDNN scaling its reordered filters in their blocked layout (pixel pieces, padded blocks, groups, one scale
+for every image or one each), plain scaled filters for a direct kernel or filters that are graph inputs, X
+scaled into a buffer where the filters are the larger tensor (channel and in-place matmul pieces); bf16; bad S
+shapes; the pass on zoo models, on shapes either side of its rule, in bf16, for other targets, on a model
+optimized before."""
 import ml_dtypes
 import numpy as np
+import onnx_graphsurgeon as gs
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 from conv_reference import rel_l2
 from models import zoo
-from optimizer.passes.conv_scale import OP_TYPE, SCALE_OP
+from optimizer.passes.conv_scale import OP_TYPE, SCALE_OP, conv_scale
 from optimizer.passes.load import validate
 from optimizer.pipeline import FusionPolicy, optimize_model
+from optimizer.report import Report
 from optimizer.runtime import session_options
 from optimizer.verify import verify
 from tests.helpers import conv_inputs, cpu_flags, ops
@@ -89,7 +92,7 @@ def _check(shape, attrs, *, per_image, w_input=False, tol=TOL):
 
 
 # (N, H, W, C, K, R, S), attributes: squeeze-excite projections as MobileNetV3 and EfficientNet have them, and
-# each way oneDNN cuts the work and lays out the filters.
+# each way oneDNN cuts the work and lays out the filters; where the filters outweigh the map, X is scaled.
 GEOMETRY = {
     # a 28x28 projection: blocks of 32 output channels of which 8 are padding
     "projection_28x28_padded_blocks": ((1, 28, 28, 120, 40, 1, 1), dict(activation="identity", residual="post")),
@@ -110,7 +113,7 @@ GEOMETRY = {
 @needs_onednn
 @pytest.mark.parametrize("per_image", [True, False], ids=["scale_per_image", "one_scale"])
 @pytest.mark.parametrize("name", sorted(GEOMETRY))
-def test_onednn_scales_its_reordered_filters(name, per_image, monkeypatch):
+def test_onednn_scales_its_reordered_filters_or_the_input(name, per_image, monkeypatch):
     monkeypatch.setenv("EPIFUSE_CPU_KERNEL", "onednn")
     shape, attrs = GEOMETRY[name]
     _check(shape, attrs, per_image=per_image)
@@ -186,6 +189,27 @@ def test_a_bad_scale_shape_is_an_error_naming_the_node(scales):
     model.graph.input[1].type.tensor_type.ClearField("shape")
     with pytest.raises(Exception, match=rf"epifuse::{OP_TYPE} node 'the_projection'.*S must be \[N or 1, 1, 1, C\]"):
         _run(model, {"x": x, "s": np.ones(scales, np.float32)})
+
+
+def _gate_and_conv(h, c, k):
+    """ChannelScale of X [1, h, h, c] read by a 1x1 FusedConv of k filters, as a graph for the pass."""
+    x = gs.Variable("x", np.float32, [1, h, h, c])
+    s = gs.Variable("s", np.float32, [1, 1, 1, c])
+    gated, y = gs.Variable("gated", np.float32, [1, h, h, c]), gs.Variable("y", np.float32, [1, h, h, k])
+    w = gs.Constant("w", np.zeros((k, 1, 1, c), np.float32))
+    b = gs.Constant("b", np.zeros(k, np.float32))
+    nodes = [gs.Node(SCALE_OP, "gate", {}, [x, s], [gated], domain="epifuse"),
+             gs.Node("FusedConv", "proj", {"activation": "identity"}, [gated, w, b], [y], domain="epifuse")]
+    return gs.Graph(nodes=nodes, inputs=[x, s], outputs=[y], opset=17)
+
+
+@pytest.mark.parametrize("h, c, k, merges", [(28, 120, 40, True), (14, 672, 112, True), (14, 64, 196, True),
+                                             (14, 64, 197, False), (7, 960, 160, False)])
+def test_the_gate_merges_where_the_filters_are_no_larger_than_the_map(h, c, k, merges):
+    graph = conv_scale(_gate_and_conv(h, c, k), Report(), "ort-cpu", "fp32")
+    assert [n.op for n in graph.nodes] == ([OP_TYPE] if merges else [SCALE_OP, "FusedConv"])
+    if merges:
+        assert [t.name for t in graph.nodes[0].inputs] == ["x", "w", "b", "s"]
 
 
 SE_MODELS = ["mobilenetv3_tiny", "efficientnet_tiny"]

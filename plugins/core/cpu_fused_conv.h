@@ -39,10 +39,10 @@ class CpuFusedConv {
              const void* z, void* y, const ParallelFor& parallel_for, void* mean = nullptr);
 
   // The conv of x * x_scale (epifuse::FusedConvScaled: a squeeze-excite gate and the conv that reads the gated
-  // tensor), float or bfloat16: x_scale [N][C], or [1][C] for every image where !scales_per_image. The gated
-  // tensor is never written where the filters can be scaled instead, image by image: by oneDNN's threads in
-  // the layout it reordered constant filters into, or plain for a direct kernel where the filters are the
-  // smaller tensor; else x * x_scale goes into a buffer of the calling thread, then the conv.
+  // tensor), float or bfloat16: x_scale [N][C], or [1][C] for every image where !scales_per_image. Where the
+  // filters hold no more elements than an image of x, they are scaled instead, image by image, and the gated
+  // tensor is never written: by oneDNN's threads in the layout it reordered constant filters into, else
+  // plain; where they hold more, x * x_scale goes into a buffer of the calling thread, then the conv.
   Status run_scaled(const ConvProblem& p, const void* x, const void* x_scale, bool scales_per_image, const void* w,
                     bool w_constant, const void* b, const void* z, void* y, const ParallelFor& parallel_for);
 

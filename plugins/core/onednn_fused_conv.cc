@@ -15,6 +15,7 @@
 #include <optional>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #if EPIFUSE_HAVE_ONEDNN
@@ -673,6 +674,9 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
 
   const size_t esize = element_size(p.dtype);
   const int64_t Q = p.Q(), P = p.P();
+  // Numbers this call (for the scaled filters a thread keeps: its pieces of one call share them).
+  static std::atomic<uint64_t> calls{0};
+  const uint64_t call = w_scale != nullptr ? ++calls : 0;
   std::mutex error_mutex;
   std::string error;
   parallel_for(static_cast<int64_t>(chunks.size()), [&](int64_t i) {
@@ -707,16 +711,20 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
       if (w_scale != nullptr) {  // the chunk's filters scaled on its own thread: they stay in that core's cache
         // 64-byte aligned, as oneDNN's own copies: its kernels read the filters a cache line at a time
         thread_local std::vector<char> buffer;
-        const size_t bytes = runs[i]->channel.size() * static_cast<size_t>(runs[i]->run) * esize;
-        buffer.resize(bytes + 64);
-        char* scaled = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+        thread_local std::pair<uint64_t, const void*> scaled_for{0, nullptr};  // (call, filters) the buffer holds
         const void* from = weights[i].get_data_handle();
-        if (p.dtype == DType::kFloat)
-          scale_runs(*runs[i], static_cast<const float*>(from), static_cast<const float*>(w_scale),
-                     reinterpret_cast<float*>(scaled), state_->isa);
-        else
-          scale_runs(*runs[i], static_cast<const bfloat16_t*>(from), static_cast<const bfloat16_t*>(w_scale),
-                     reinterpret_cast<bfloat16_t*>(scaled), state_->isa);
+        const size_t bytes = runs[i]->channel.size() * static_cast<size_t>(runs[i]->run) * esize;
+        if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
+        char* scaled = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+        if (scaled_for != std::make_pair(call, from)) {  // not already this call's, from an earlier piece
+          if (p.dtype == DType::kFloat)
+            scale_runs(*runs[i], static_cast<const float*>(from), static_cast<const float*>(w_scale),
+                       reinterpret_cast<float*>(scaled), state_->isa);
+          else
+            scale_runs(*runs[i], static_cast<const bfloat16_t*>(from), static_cast<const bfloat16_t*>(w_scale),
+                       reinterpret_cast<bfloat16_t*>(scaled), state_->isa);
+          scaled_for = {call, from};
+        }
         m.weights.set_data_handle(scaled);
       }
       m.src.set_data_handle(at(x, x_offset, esize));
