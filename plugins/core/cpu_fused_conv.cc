@@ -246,26 +246,27 @@ Status CpuFusedConv::run_scaled(const ConvProblem& p, const void* x, const void*
   // Where the filters are the smaller tensor: oneDNN with constant filters has each thread scale the filters
   // of its piece in the layout they were reordered into once, just before its conv reads them; another
   // kernel takes scaled plain filters. (Larger filters scaled cost more than the map's pass on one thread:
-  // 7x7x1152 -> 192 0.87x the two nodes, though 1.11x on two.)
-  const bool in_layout = kernel_ != CpuKernel::kReference && direct == nullptr && w_constant;
-  if (filters <= image) {
-    void* scaled = in_layout ? nullptr : call_buffer(0, static_cast<size_t>(filters) * element);
-    const int64_t y_image = p.P() * p.Q() * p.K;
+  // 7x7x1152 -> 192 0.87x the two nodes, though 1.11x on two.) Elsewhere, and where oneDNN refuses (filters
+  // in runs of one channel shorter than a vector), x is scaled.
+  const int64_t y_image = p.P() * p.Q() * p.K;
+  const auto image_n = [&](int64_t n, const void* t, int64_t elements) {  // image n of t, null for null
+    return t ? static_cast<const char*>(t) + n * elements * static_cast<int64_t>(element) : nullptr;
+  };
+  const auto y_n = [&](int64_t n) { return static_cast<char*>(y) + n * y_image * static_cast<int64_t>(element); };
+  if (filters <= image && kernel_ != CpuKernel::kReference && direct == nullptr && w_constant) {
+    bool refused = false;
+    for (int64_t n = 0; n < (each_image ? p.N : 1) && !refused; ++n)  // refused, then at the first image
+      EPIFUSE_RETURN_IF_ERROR(onednn_.run(one, image_n(n, x, image), w, true, b, image_n(n, z, y_image), y_n(n),
+                                          parallel_for, &refused, image_n(n, x_scale, p.C)));
+    if (!refused) return Status::Ok();
+  } else if (filters <= image) {
+    void* scaled = call_buffer(0, static_cast<size_t>(filters) * element);
     for (int64_t n = 0; n < (each_image ? p.N : 1); ++n) {
-      const void* s = static_cast<const char*>(x_scale) + n * p.C * element;
-      const int64_t xo = n * image * element, yo = n * y_image * element;  // image n's bytes
-      const char* xn = static_cast<const char*>(x) + xo;
-      const char* zn = z ? static_cast<const char*>(z) + yo : nullptr;
-      char* yn = static_cast<char*>(y) + yo;
-      if (in_layout) {
-        bool refused = true;
-        EPIFUSE_RETURN_IF_ERROR(onednn_.run(one, xn, w, true, b, zn, yn, parallel_for, &refused, s));
-        if (!refused) continue;
-        scaled = call_buffer(0, static_cast<size_t>(filters) * element);  // oneDNN refused: plain scaled filters
-      }
+      const void* s = image_n(n, x_scale, p.C);
       EPIFUSE_RETURN_IF_ERROR(bf16 ? scale_filters<bfloat16_t>(p, w, s, scaled, parallel_for)
                                    : scale_filters<float>(p, w, s, scaled, parallel_for));
-      EPIFUSE_RETURN_IF_ERROR(run(one, xn, scaled, false, b, zn, yn, parallel_for));
+      EPIFUSE_RETURN_IF_ERROR(run(one, image_n(n, x, image), scaled, false, b, image_n(n, z, y_image), y_n(n),
+                                  parallel_for));
     }
     return Status::Ok();
   }

@@ -653,6 +653,9 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
       if (w_scale != nullptr) {
         if (!it->runs) it->runs = channel_runs(p, k0, layout);
         runs.push_back(it->runs);
+        // runs shorter than a vector: a scalar loop over every filter value, slower than scaling x (bf16
+        // layouts interleave pairs of input channels, AcdB16a2b: runs of one value)
+        if (it->runs->run < 16) return Status::Ok();  // refused
       }
     }
   } catch (const dnnl::error& e) {
