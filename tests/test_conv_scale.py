@@ -4,8 +4,8 @@ The op against float64 numpy on the scaled input and against the two nodes it re
 oneDNN scaling its reordered filters in their blocked layout (pixel pieces, padded blocks, groups, one scale
 for every image or one each), plain scaled filters for a direct kernel or filters that are graph inputs, X
 scaled into a buffer where the filters are the larger tensor (channel and in-place matmul pieces); bf16; bad S
-shapes; the pass on zoo models, on shapes either side of its rule, not in bf16, not for other targets, on a
-model optimized before."""
+shapes; the pass on zoo models, on shapes either side of its rule, in bf16, not for other targets, on a model
+optimized before."""
 import ml_dtypes
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -168,9 +168,8 @@ def test_direct_kernels_take_plain_scaled_filters_or_a_scaled_input(kernel, shap
 @pytest.mark.skipif(not {"avx512f", "avx512bw", "avx512vl"} <= cpu_flags(), reason="bf16 needs AVX-512 with BW and VL")
 @pytest.mark.parametrize("name", ["projection_28x28_padded_blocks", "channel_pieces_uneven", "in_place_pieces"])
 def test_bf16_as_the_two_nodes_within_bf16_rounding(name, monkeypatch):
-    """bf16 (for a model written with it; the pass merges fp32 only): X scaled where oneDNN's layout has no
-    vector-long runs of a channel, filters scaled in fp32 and rounded once where it has; both within bf16's
-    tolerance of float64 on the scaled input, as the two nodes are."""
+    """bf16 filters (oneDNN's layouts interleave pairs of input channels) scaled in fp32 and rounded once, where
+    the two nodes round the gated X once: both within bf16's tolerance of float64 on the scaled input."""
     monkeypatch.delenv("EPIFUSE_CPU_ISA", raising=False)
     shape, attrs = GEOMETRY[name]
     x, w, b, z, s = (None if a is None else a.astype(ml_dtypes.bfloat16).astype(np.float32)
@@ -238,11 +237,9 @@ def test_squeeze_excite_gates_merge_into_the_convs_that_read_them(name):
     assert result["passed"] and result["worst_rel_l2"] <= TOL, result
 
 
-def test_bf16_models_keep_the_two_nodes():
-    """oneDNN's bf16 filter layouts hold no vector-long run of one input channel: the op would scale X, the
-    two nodes' work, so the pass leaves them."""
+def test_bf16_models_merge_too():
     original, optimized, _ = _optimized("efficientnet_tiny", precision="bf16")
-    assert OP_TYPE not in ops(optimized) and SCALE_OP in ops(optimized)
+    assert OP_TYPE in ops(optimized)
     result = verify(original, optimized, precision="bf16")
     assert result["passed"], result
 

@@ -10,11 +10,11 @@ written. Against ChannelScale + FusedConv on EfficientNet-B0's and MobileNetV3-L
 (`python bench/cpu_layout.py --only conv-scale`): 1.02-2.2x on two threads, 1.03-1.95x on one (28x28 120 ->
 40: 37 against 58 µs). Where the filters outweigh the map (the 7x7 blocks: 1152 -> 192) scaling them costs
 more than the map's pass on one thread (0.87x), and the op's other way, X scaled into a buffer of its own,
-is 0.97-0.99x the two nodes: those are left as they are. fp32 only: oneDNN's bf16 filter layouts interleave
-pairs of input channels (AcdB16a2b), no run of one channel is a vector long, and the op scales X there (the
-op runs bf16 too, for a model that has it). The merge is the last pass, on the nodes as every other pass left
-them; `split_conv_scales`, the first, writes a model optimized before back as the two nodes every other pass
-knows.
+is 0.97-1.0x the two nodes: those are left as they are. fp32 and bf16 (oneDNN's bf16 filter layouts
+interleave pairs of input channels, AcdB16a2b: the scaling takes pairs). The merge is the last pass, on the
+nodes as every other pass left them (the precision pass has typed both alike; a scale it kept float32 behind
+a Cast is not merged); `split_conv_scales`, the first, writes a model optimized before back as the two nodes
+every other pass knows.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _filters_no_larger(conv: gs.Node, x: gs.Tensor, types: dict) -> bool:
 
 
 def conv_scale(graph: gs.Graph, report: Report, target: str, precision: str) -> gs.Graph:
-    if target != "ort-cpu" or precision != "fp32":
+    if target != "ort-cpu" or precision not in ("fp32", "bf16"):
         return graph
     scales = [n for n in graph.nodes if n.op == SCALE_OP and n.domain == contract.DOMAIN]
     if not scales:

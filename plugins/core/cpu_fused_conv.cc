@@ -247,7 +247,7 @@ Status CpuFusedConv::run_scaled(const ConvProblem& p, const void* x, const void*
   // of its piece in the layout they were reordered into once, just before its conv reads them; another
   // kernel takes scaled plain filters. (Larger filters scaled cost more than the map's pass on one thread:
   // 7x7x1152 -> 192 0.87x the two nodes, though 1.11x on two.) Elsewhere, and where oneDNN refuses (filters
-  // in runs of one channel shorter than a vector), x is scaled.
+  // in runs of a channel or a pair shorter than a vector), x is scaled.
   const int64_t y_image = p.P() * p.Q() * p.K;
   const auto image_n = [&](int64_t n, const void* t, int64_t elements) {  // image n of t, null for null
     return t ? static_cast<const char*>(t) + n * elements * static_cast<int64_t>(element) : nullptr;

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -24,6 +23,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
+#include "bf16_vectors.h"
 #include "cpu_epilogue.h"
 #include "cpu_isa.h"
 #include "float_types.h"
@@ -412,11 +412,13 @@ struct Plan {
   bool refused = false;
 };
 
-// Where each input channel's taps lie in reordered filters: runs of `run` elements of one channel each,
-// channel[i] that of run i (oneDNN's blocked filter layouts keep a block of output channels innermost:
-// Acdb32a, ABcd16b16a; runs of 1 where they do not).
+// Where each input channel's taps lie in reordered filters: runs of `run` elements, run i's element j of
+// channel[i] + j % interleave. oneDNN's fp32 filter layouts keep a block of output channels innermost
+// (Acdb32a, ABcd16b16a: interleave 1), its bf16 ones pairs of input channels inside that (AcdB16a2b,
+// ABcd16b16a2b: interleave 2); runs of 1 where neither holds.
 struct ChannelRuns {
   int64_t run = 1;
+  int64_t interleave = 1;
   std::vector<int32_t> channel;
 };
 
@@ -516,27 +518,31 @@ std::shared_ptr<const ChannelRuns> channel_runs(const ConvProblem& p, int64_t k0
       channel[i] = v == 0 || channel[i] == kPadding ? kPadding : channel[i] + (v - 1) * (part == 0 ? 1 : 128);
     }
   }
-  // The longest run length every run of one channel (padding joins any) is a multiple of.
-  const auto run_channel = [&](int64_t i, int64_t run) {
-    int32_t found = kPadding;
-    for (int64_t j = i; j < i + run; ++j) {
-      if (channel[j] == kPadding) continue;
-      if (found != kPadding && channel[j] != found) return std::optional<int32_t>();
-      found = channel[j];
+  // The longest runs, of one channel or of pairs, that cut the filters evenly (padding joins any).
+  const auto run_channel = [&](int64_t i, int64_t run, int64_t interleave) {
+    int32_t first = kPadding;
+    for (int64_t j = 0; j < run; ++j) {
+      const int32_t v = channel[i + j];
+      if (v == kPadding) continue;
+      const int32_t base = v - static_cast<int32_t>(j % interleave);
+      if (first != kPadding && base != first) return std::optional<int32_t>();
+      first = base;
     }
-    return std::optional<int32_t>(found == kPadding ? 0 : found);
+    return std::optional<int32_t>(first == kPadding ? 0 : first);
   };
   auto runs = std::make_shared<ChannelRuns>();
-  for (int64_t run : {64, 32, 16, 8, 1}) {
+  for (const auto [run, interleave] : {std::pair<int64_t, int64_t>{64, 1}, {32, 1}, {16, 1}, {64, 2}, {32, 2},
+                                       {16, 2}, {8, 1}, {1, 1}}) {
     if (elements % run != 0) continue;
     std::vector<int32_t> of_runs;
     for (int64_t i = 0; i < elements; i += run) {
-      const std::optional<int32_t> c = run_channel(i, run);
-      if (!c) break;
-      of_runs.push_back(*c);
+      const std::optional<int32_t> first = run_channel(i, run, interleave);
+      if (!first || *first + interleave > p.C) break;  // a pair's second channel past C: not this shape
+      of_runs.push_back(*first);
     }
     if (static_cast<int64_t>(of_runs.size()) * run == elements) {
       runs->run = run;
+      runs->interleave = interleave;
       runs->channel = std::move(of_runs);
       break;
     }
@@ -544,27 +550,40 @@ std::shared_ptr<const ChannelRuns> channel_runs(const ConvProblem& p, int64_t k0
   return runs;
 }
 
+// Runs of 16 or more elements, interleave 1 or 2 (run % 16 == 0): a vector of 16 scales at a time, one
+// channel's or a pair's alternating.
 EPIFUSE_AVX512 void scale_runs_avx512(const ChannelRuns& runs, const float* w, const float* s, float* out) {
   const int64_t n = runs.run;
   for (size_t r = 0; r < runs.channel.size(); ++r) {
-    const __m512 scale = _mm512_set1_ps(s[runs.channel[r]]);
+    const float* sc = s + runs.channel[r];
+    const __m512 scale = runs.interleave == 1 ? _mm512_set1_ps(sc[0]) : _mm512_set4_ps(sc[1], sc[0], sc[1], sc[0]);
     for (int64_t i = static_cast<int64_t>(r) * n, end = i + n; i < end; i += 16)
       _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(w + i), scale));
   }
 }
 
-// out = w with each run of `runs` times its channel's scale in s ([C]).
-template <class T>
-void scale_runs(const ChannelRuns& runs, const T* w, const T* s, T* out, VectorIsa isa) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (isa == VectorIsa::kAvx512 && runs.run % 16 == 0) return scale_runs_avx512(runs, w, s, out);
-  }
+EPIFUSE_AVX512 void scale_runs_avx512(const ChannelRuns& runs, const bfloat16_t* w, const bfloat16_t* s,
+                                      bfloat16_t* out) {
   const int64_t n = runs.run;
   for (size_t r = 0; r < runs.channel.size(); ++r) {
-    const float scale = to_float(s[runs.channel[r]]);
+    const bfloat16_t* sc = s + runs.channel[r];
+    const float s0 = to_float(sc[0]), s1 = runs.interleave == 1 ? s0 : to_float(sc[1]);
+    const __m512 scale = _mm512_set4_ps(s1, s0, s1, s0);
+    for (int64_t i = static_cast<int64_t>(r) * n, end = i + n; i < end; i += 16)
+      store_bf16x16(out + i, _mm512_mul_ps(load_bf16x16(w + i), scale));
+  }
+}
+
+// out = w with each element times its channel's scale in s ([C]), rounded once to T.
+template <class T>
+void scale_runs(const ChannelRuns& runs, const T* w, const T* s, T* out, VectorIsa isa) {
+  if (isa == VectorIsa::kAvx512 && runs.run % 16 == 0) return scale_runs_avx512(runs, w, s, out);
+  const int64_t n = runs.run;
+  for (size_t r = 0; r < runs.channel.size(); ++r) {
     const T* from = w + static_cast<int64_t>(r) * n;
     T* to = out + static_cast<int64_t>(r) * n;
-    for (int64_t i = 0; i < n; ++i) to[i] = from_float<T>(to_float(from[i]) * scale);
+    for (int64_t i = 0; i < n; ++i)
+      to[i] = from_float<T>(to_float(from[i]) * to_float(s[runs.channel[r] + i % runs.interleave]));
   }
 }
 
@@ -653,8 +672,7 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
       if (w_scale != nullptr) {
         if (!it->runs) it->runs = channel_runs(p, k0, layout);
         runs.push_back(it->runs);
-        // runs shorter than a vector: a scalar loop over every filter value, slower than scaling x (bf16
-        // layouts interleave pairs of input channels, AcdB16a2b: runs of one value)
+        // runs shorter than a vector: a scalar loop over every filter value, slower than scaling x
         if (it->runs->run < 16) return Status::Ok();  // refused
       }
     }
