@@ -800,7 +800,7 @@ OnednnConv::~OnednnConv() = default;
 void OnednnConv::release_filters() {}
 std::string OnednnConv::implementation(const ConvProblem&) { return ""; }
 Status OnednnConv::run(const ConvProblem&, const void*, const void*, bool, const void*, const void*, void*,
-                       const ParallelFor&, bool* refused) {
+                       const ParallelFor&, bool* refused, const void*) {
   *refused = true;
   return Status::Ok();
 }
