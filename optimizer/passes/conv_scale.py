@@ -7,8 +7,8 @@ Why: the gated tensor is written, then read again by the conv, a pass over the w
 the conv's filters instead (plugins/core/cpu_fused_conv.h): on oneDNN each thread scales its piece's filters
 in the layout they were reordered into once, just before the conv reads them, so the gated tensor is never
 written. Against ChannelScale + FusedConv on EfficientNet-B0's and MobileNetV3-Large's projections
-(`python bench/cpu_layout.py --only conv-scale`): 1.02-2.2x on two threads, 1.03-1.95x on one (28x28 120 ->
-40: 37 against 58 µs). Where the filters outweigh the map (the 7x7 blocks: 1152 -> 192) scaling them costs
+(`python bench/cpu_layout.py --only conv-scale`): 1.05-1.73x on two threads, 1.03-1.87x on one (28x28 120 ->
+40: 38 against 62 µs). Where the filters outweigh the map (the 7x7 blocks: 1152 -> 192) scaling them costs
 more than the map's pass on one thread (0.87x), and the op's other way, X scaled into a buffer of its own,
 is 0.97-1.0x the two nodes: those are left as they are. fp32 and bf16 (oneDNN's bf16 filter layouts
 interleave pairs of input channels, AcdB16a2b: the scaling takes pairs). The merge is the last pass, on the
