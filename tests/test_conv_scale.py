@@ -14,14 +14,13 @@ import pytest
 from onnx import TensorProto, helper
 
 from conv_reference import rel_l2
-from models import zoo
 from optimizer.passes.conv_scale import OP_TYPE, SCALE_OP, conv_scale
-from optimizer.passes.load import validate
 from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.report import Report
 from optimizer.runtime import session_options
 from optimizer.verify import verify
 from tests.helpers import conv_inputs, cpu_flags, ops
+from tests.test_conv_mean import SE_MODELS, _optimized
 from tests.test_cpu_onednn import PARAMS, needs_onednn
 from tests.test_cpu_winograd import TOL, _reference
 
@@ -210,15 +209,6 @@ def test_the_gate_merges_where_the_filters_are_no_larger_than_the_map(h, c, k, m
     assert [n.op for n in graph.nodes] == ([OP_TYPE] if merges else [SCALE_OP, "FusedConv"])
     if merges:
         assert [t.name for t in graph.nodes[0].inputs] == ["x", "w", "b", "s"]
-
-
-SE_MODELS = ["mobilenetv3_tiny", "efficientnet_tiny"]
-
-
-def _optimized(name, target="ort-cpu", precision="fp32"):
-    original = validate(zoo.build(name))
-    optimized, report = optimize_model(original, precision=precision, target=target, policy=FusionPolicy(mode="always"))
-    return original, optimized, report
 
 
 @pytest.mark.parametrize("name", SE_MODELS)

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "channel_mean.h"
+#include "prepared_filters.h"
 #include "tuning_cache.h"
 
 namespace epifuse {
@@ -197,13 +198,11 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
 
 namespace {
 
-// A buffer of at least `bytes` for one call on the calling thread, kept for its next call: a fresh block of
-// hundreds of KB on every call is an mmap whose pages fault in again each time. `slot`: 0 or 1.
+// A 64-byte aligned buffer of at least `bytes` for one call on the calling thread, kept for its next call: a
+// fresh block of hundreds of KB on every call is an mmap whose pages fault in again each time. `slot`: 0 or 1.
 void* call_buffer(int slot, size_t bytes) {
   thread_local std::vector<float> buffers[2];
-  std::vector<float>& buffer = buffers[slot];
-  if (buffer.size() * sizeof(float) < bytes) buffer.resize((bytes + sizeof(float) - 1) / sizeof(float));
-  return buffer.data();
+  return aligned(buffers[slot], static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float)));
 }
 
 template <class T>

@@ -27,6 +27,7 @@
 #include "cpu_epilogue.h"
 #include "cpu_isa.h"
 #include "float_types.h"
+#include "prepared_filters.h"
 #include "simd_math.h"
 
 namespace epifuse {
@@ -731,16 +732,15 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
       ThreadMemories& m = thread_memories(prim);
       if (w_scale != nullptr) {  // the chunk's filters scaled on its own thread: they stay in that core's cache
         // 64-byte aligned, as oneDNN's own copies: its kernels read the filters a cache line at a time
-        thread_local std::vector<char> buffer;
+        thread_local std::vector<float> buffer;
         thread_local std::pair<uint64_t, const void*> scaled_for{0, nullptr};  // (call, filters) the buffer holds
         const void* from = weights[i].get_data_handle();
-        const size_t bytes = runs[i]->channel.size() * static_cast<size_t>(runs[i]->run) * esize;
-        if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
-        char* scaled = buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+        const int64_t bytes = static_cast<int64_t>(runs[i]->channel.size() * static_cast<size_t>(runs[i]->run) * esize);
+        float* scaled = aligned(buffer, (bytes + 3) / 4);
         if (scaled_for != std::make_pair(call, from)) {  // not already this call's, from an earlier piece
           if (p.dtype == DType::kFloat)
-            scale_runs(*runs[i], static_cast<const float*>(from), static_cast<const float*>(w_scale),
-                       reinterpret_cast<float*>(scaled), state_->isa);
+            scale_runs(*runs[i], static_cast<const float*>(from), static_cast<const float*>(w_scale), scaled,
+                       state_->isa);
           else
             scale_runs(*runs[i], static_cast<const bfloat16_t*>(from), static_cast<const bfloat16_t*>(w_scale),
                        reinterpret_cast<bfloat16_t*>(scaled), state_->isa);
