@@ -169,14 +169,15 @@ SPINNING_SETTLE_SECONDS = 0.06
 
 def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
             precision: str = "fp32", rounds: int = 30, warmup: int = 3, progress=None,
-            threads: int | None = None, spinning: bool = False) -> dict:
+            threads: int | None = None, spinning: bool = False, round_seconds: float | None = None) -> dict:
     """Interleaved timing of `original` (its baseline, see `baseline`) and `optimized` on `backend`;
     each a model or the path of one. `threads`: ort-cpu's intra-op threads (None: ORT's default).
     `spinning` (ort-cpu): the thread pools as ONNX Runtime's defaults leave them, spinning between a
     run's nodes and after it (rounds of SPINNING_ROUND_SECONDS): what a process running one model back to
     back sees. Off (the default: 20 ms rounds), the pools sleep whenever idle, between a run's nodes too,
     and a model of many small nodes pays a wake-up at each: MobileNetV3-Large runs 4.5 ms a run against
-    2.9 with spinning, and a fusion that removes nodes reads faster than a default session finds it."""
+    2.9 with spinning, and a fusion that removes nodes reads faster than a default session finds it.
+    `round_seconds`: each side's time in a round instead of the mode's default."""
     if backend not in ("ort-cpu", "ort-cuda"):
         raise EpifuseError(f"compare runs on ort-cpu or ort-cuda, not {backend}")
     if spinning and backend != "ort-cpu":
@@ -190,9 +191,10 @@ def compare(original: Model, optimized: Model, *, backend: str, batch: int = 1,
     feeds = random_inputs(_graph_inputs(reference), batch=batch)
     sides = [_best(_runners(m, feeds, backend, threads, spinning), warmup) for m in (reference, optimized)]
     if spinning:
-        times = interleaved(sides, rounds, warmup, progress, SPINNING_ROUND_SECONDS, SPINNING_SETTLE_SECONDS)
+        times = interleaved(sides, rounds, warmup, progress, round_seconds or SPINNING_ROUND_SECONDS,
+                            SPINNING_SETTLE_SECONDS)
     else:
-        times = interleaved(sides, rounds, warmup, progress)
+        times = interleaved(sides, rounds, warmup, progress, round_seconds)
     ratios = [a / b for a, b in zip(*times)]
     q1, q3 = _quartiles(ratios)
     original_ms, optimized_ms = statistics.median(times[0]), statistics.median(times[1])

@@ -60,6 +60,14 @@ LARGE_MODEL_BYTES = 32 * 2**20
 # ResNeXt-50 took 35 s, MixNet-S 102 s. The cache makes a second optimization of the same model free.
 MEASURE_BUDGET_S = {"ort-cpu": 30.0, "ort-cuda": 300.0, "tensorrt": 0.0}
 MODEL_CHECK_ROUNDS = 15  # interleaved rounds of the whole-model check, per batch size
+# On ort-cpu the check times both models as ONNX Runtime's default sessions run them, a thread pool
+# spinning between nodes and runs (compare's `spinning`), in rounds of 0.1 s a side. Pools that sleep
+# whenever idle make each node of a many-node model pay a wake-up, which flatters whatever has fewer
+# nodes, and compare's 20 ms rounds (a few runs of a 3-5 ms model) spread widely: MobileNetV3-Large fused
+# throughout read 0.992x (interquartile 0.966-1.115x) so, and 1.08-1.10x (interquartiles within
+# 1.056-1.130x) in four spinning readings on a 2-core Xeon; on one thread 0.949x (0.844-1.129x) in 20 ms
+# rounds. A reading takes 3-5 s.
+MODEL_CHECK_CPU_ROUND_SECONDS = 0.1
 # The check holds the original and the optimized model in two sessions at once (on the CPU each with its
 # prepacked filters: about 4x the weights); above this it is left to `epifuse compare`.
 MODEL_CHECK_MAX_BYTES = 2**30
@@ -124,9 +132,7 @@ class FusionPolicy:
         if self.model_check is False or (self.model_check is None and self.timer is not None):
             return None
         if self.model_check is None:
-            from .compare import compare  # noqa: PLC0415 (onnxruntime loads on first use)
-
-            return compare
+            return _check_as_deployed
         return self.model_check
 
     def resolved_mode(self) -> str:
@@ -246,6 +252,17 @@ def _describe_with(report: Report, other: Report, keep: tuple[str, ...] = ()) ->
     for f in fields(Report):
         if f.name not in ("model", "notes", "pass_seconds", "verify", "bench") + keep:
             setattr(report, f.name, getattr(other, f.name))
+
+
+def _check_as_deployed(original, optimized, *, backend: str, threads: int | None = None, **kwargs) -> dict:
+    """`optimizer.compare.compare` as the whole-model check runs it: on ort-cpu in rounds of
+    MODEL_CHECK_CPU_ROUND_SECONDS, with more than one intra-op thread the pool spinning as in a default
+    session."""
+    from .compare import compare  # noqa: PLC0415 (onnxruntime loads on first use)
+
+    if backend == "ort-cpu":
+        kwargs.update(spinning=(threads or cpu_cores()) > 1, round_seconds=MODEL_CHECK_CPU_ROUND_SECONDS)
+    return compare(original, optimized, backend=backend, threads=threads, **kwargs)
 
 
 def _model_checker(report: Report, target: str, policy: FusionPolicy | None, stop_after: str | None = None,
