@@ -65,8 +65,9 @@ MODEL_CHECK_ROUNDS = 15  # interleaved rounds of the whole-model check, per batc
 # whenever idle make each node of a many-node model pay a wake-up, which flatters whatever has fewer
 # nodes, and compare's 20 ms rounds (a few runs of a 3-5 ms model) spread widely: MobileNetV3-Large fused
 # throughout read 0.992x (interquartile 0.966-1.115x) so, and 1.08-1.10x (interquartiles within
-# 1.056-1.130x) in four spinning readings on a 2-core Xeon; on one thread 0.949x (0.844-1.129x) in 20 ms
-# rounds. A reading takes 3-5 s.
+# 1.056-1.130x) in four spinning readings on a 2-core Xeon. On one thread there is no pool, but the
+# spinning mode's untimed runs at the start of each side's turn keep its first, cold runs out: in 0.1 s
+# rounds its readings spread 0.93-1.10x without them and 0.99-1.04x with them. A reading takes 3-5 s.
 MODEL_CHECK_CPU_ROUND_SECONDS = 0.1
 # The check holds the original and the optimized model in two sessions at once (on the CPU each with its
 # prepacked filters: about 4x the weights); above this it is left to `epifuse compare`.
@@ -255,13 +256,12 @@ def _describe_with(report: Report, other: Report, keep: tuple[str, ...] = ()) ->
 
 
 def _check_as_deployed(original, optimized, *, backend: str, threads: int | None = None, **kwargs) -> dict:
-    """`optimizer.compare.compare` as the whole-model check runs it: on ort-cpu in rounds of
-    MODEL_CHECK_CPU_ROUND_SECONDS, with more than one intra-op thread the pool spinning as in a default
-    session."""
+    """`optimizer.compare.compare` as the whole-model check runs it: on ort-cpu in its spinning mode
+    (MODEL_CHECK_CPU_ROUND_SECONDS)."""
     from .compare import compare  # noqa: PLC0415 (onnxruntime loads on first use)
 
     if backend == "ort-cpu":
-        kwargs.update(spinning=(threads or cpu_cores()) > 1, round_seconds=MODEL_CHECK_CPU_ROUND_SECONDS)
+        kwargs.update(spinning=True, round_seconds=MODEL_CHECK_CPU_ROUND_SECONDS)
     return compare(original, optimized, backend=backend, threads=threads, **kwargs)
 
 

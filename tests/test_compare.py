@@ -153,6 +153,36 @@ def test_spinning_rounds_settle_untimed_then_time(fake_runners, monkeypatch):
     assert [b[0] for b in blocks] == [0, 1, 1, 0, 0, 1, 1, 0]
 
 
+@pytest.mark.parametrize("spinning, per_round", [(False, 6), (True, 4 + 6)])
+def test_round_seconds_set_each_sides_time_in_a_round(fake_runners, monkeypatch, spinning, per_round):
+    """`round_seconds` replaces the mode's round length (the settling time of spinning pools stays)."""
+    monkeypatch.setattr(compare_module, "SPINNING_SETTLE_SECONDS", 0.004)
+    result = compare(_model(), _model(), backend="ort-cpu", rounds=2, warmup=0, spinning=spinning,
+                     round_seconds=0.006)
+    assert result["rounds"] == 2
+    log = fake_runners["log"]
+    rounds = log[-2 * 2 * per_round:]
+    blocks = [rounds[i:i + per_round] for i in range(0, len(rounds), per_round)]
+    assert [b[0] for b in blocks] == [0, 1, 1, 0] and all(len(set(b)) == 1 for b in blocks)
+
+
+@pytest.mark.parametrize("backend, threads, expected", [
+    ("ort-cpu", None, dict(spinning=True, round_seconds=0.1)),
+    ("ort-cpu", 1, dict(spinning=True, round_seconds=0.1)),  # no pool: the mode's settling runs still count
+    ("ort-cuda", None, {}),
+])
+def test_the_whole_model_check_times_as_a_default_session_runs(monkeypatch, backend, threads, expected):
+    """`epifuse optimize`'s whole-model check compares on ort-cpu with the pool spinning, as ONNX Runtime's
+    default sessions run, in rounds of 0.1 s each after untimed runs; on ort-cuda as `epifuse compare`."""
+    from optimizer import pipeline
+
+    calls = []
+    monkeypatch.setattr(compare_module, "compare", lambda *args, **kwargs: calls.append(kwargs) or {})
+    check = pipeline.FusionPolicy().model_checker()
+    check("a.onnx", "b.onnx", backend=backend, batch=1, precision="fp32", rounds=15, threads=threads)
+    assert calls == [dict(backend=backend, batch=1, precision="fp32", rounds=15, threads=threads, **expected)]
+
+
 def test_spinning_pools_are_onnx_runtimes_default():
     model = zoo.build("resnet_tiny", batch=1)
     sleeping = compare_module._CpuRunner(model, {}).session.get_session_options()
