@@ -78,29 +78,20 @@ std::string DepthwiseConv::name() const { return std::string("depthwise direct "
 namespace {
 
 // Output rows of `g` in pieces on the caller's threads, the data of element type T. Where the rows are
-// too few to even out the threads' ends (7x7 maps: 7 rows on 2 threads), the channels are cut into
-// groups of whole vectors too (with unit stride, one group a thread over all the rows). Where `mean` ([N][C] of T), the output's mean over its rows and
+// too few to even out the threads' ends (7x7 maps: 7 rows on 2 threads), each row's channels are cut
+// into groups of whole vectors too. Where `mean` ([N][C] of T), the output's mean over its rows and
 // columns too: each piece of rows sums its outputs in registers into sums of its own for each image it
 // covers, which the calling thread adds in a fixed order (the result does not depend on the intra-op
 // thread count).
 template <class T, class OutputRow>
 void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRow output_row, const void* x, const float* f,
               const float* b, const void* z, void* y, T* mean) {
-  const int64_t rows = g.N * g.P, vectors = g.Cp / g.lanes, threads = hardware_threads();
-  const int64_t wanted = threads * kPiecesPerThread;
-  // One group of channels a thread where the rows are few and the stride 1. A core reads what another core
-  // last wrote 5-6x slower than what it wrote itself (100 KB: 8.5 against 1.5 us on a 2-core Xeon). Rows
-  // cut among the threads read most of a 7x7 map through the halo (a 5x5 filter's 4 rows of 7), and pieces
-  // of each row's channel groups had every thread read all the filters; a thread's own channels are half
-  // the map and half the filters. Whole models, two threads: EfficientNet-B0 1.05x, MNASNet 1.02x,
-  // MobileNetV3-Large 1.016x. With stride 2 (14x14 -> 7x7, 5x5) rows stay faster: 47 against 55 us.
-  const bool by_channels = rows < wanted && g.SH == 1;
-  const int64_t groups = by_channels ? std::min(vectors, threads)
-                         : rows >= wanted ? 1
-                                          : std::min(vectors, (wanted + rows - 1) / rows);
+  const int64_t rows = g.N * g.P, vectors = g.Cp / g.lanes;
+  const int64_t wanted = hardware_threads() * kPiecesPerThread;
+  const int64_t groups = rows >= wanted ? 1 : std::min(vectors, (wanted + rows - 1) / rows);
   const int64_t group_vectors = (vectors + groups - 1) / groups;
   const int64_t channel_groups = (vectors + group_vectors - 1) / group_vectors;
-  const int64_t per_piece = by_channels ? rows : std::max<int64_t>(1, rows * channel_groups / wanted);
+  const int64_t per_piece = std::max<int64_t>(1, rows * channel_groups / wanted);
   const int64_t row_pieces = (rows + per_piece - 1) / per_piece;
   // The sums of row piece i for image n: Cp floats at sums + (i + n) * Cp. Pieces and images are both runs
   // of consecutive rows, so a later piece never holds an earlier image, and no two (piece, image) pairs
