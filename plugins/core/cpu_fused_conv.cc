@@ -7,6 +7,7 @@
 #include <new>
 
 #include "channel_mean.h"
+#include "cpu_isa.h"
 #include "prepared_filters.h"
 #include "tuning_cache.h"
 
@@ -82,7 +83,8 @@ DirectConv* CpuFusedConv::direct_for(const ConvProblem& p) {
   return nullptr;
 }
 
-Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_for, DirectConv** chosen) {
+Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_for, bool pooled,
+                            DirectConv** chosen) {
   DirectConv* const d = direct_for(p);
   *chosen = nullptr;
   if (d == nullptr || kernel_ == CpuKernel::kOnednn) return Status::Ok();
@@ -94,11 +96,17 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
     if (d == forced) *chosen = d;
     return Status::Ok();
   }
-  // Depthwise layers with AVX-512: the direct kernel, untimed. In whole models it ran faster than
-  // oneDNN's on every depthwise layer of MobileNetV3-Large, EfficientNet-B0 and ConvNeXt-T (49 layers;
-  // their sums 0.57-0.72x oneDNN's), while a first-run timing, warm and in a loop, picked oneDNN for
-  // about half of them.
-  if (d == &depthwise_ && d->isa() == VectorIsa::kAvx512) return *chosen = d, Status::Ok();
+  // Depthwise layers with AVX-512: untimed, since a first-run timing, warm and in a loop, picked oneDNN
+  // for about half of the layers the direct kernel ran faster in whole models. On the Xeon it did on
+  // every depthwise layer of MobileNetV3-Large, EfficientNet-B0 and ConvNeXt-T (49 layers; their sums
+  // 0.57-0.72x oneDNN's). On Zen 5 oneDNN's ran chains of MobileNetV3's 3x3 layers 1.18-1.25x faster and
+  // MobileNetV2 fused throughout 1.12x, while a layer that sums a squeeze-excite pool keeps the direct
+  // kernel, which sums it in registers (all depthwise layers on oneDNN: EfficientNet-B0 0.97x,
+  // MobileNetV3-Large 0.95x).
+  if (d == &depthwise_ && d->isa() == VectorIsa::kAvx512) {
+    const bool onednn = cpu_is_amd_zen5() && p.dtype == DType::kFloat && !pooled;
+    return *chosen = onednn ? nullptr : d, Status::Ok();
+  }
   const std::vector<int64_t> key = shape_key(p);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -185,7 +193,7 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
     EPIFUSE_RETURN_IF_ERROR(check_cpu_problem(p, x, w, b, z, y, &empty));
     if (empty) return with_mean(Status::Ok());
     DirectConv* direct = nullptr;
-    EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for, &direct));
+    EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for, mean != nullptr, &direct));
     if (direct == &depthwise_)  // sums its output in registers where `mean` asks
       return depthwise_.run_with_mean(p, x, w, w_constant, b, z, y, mean, parallel_for);
     if (direct != nullptr) return with_mean(direct->run(p, x, w, w_constant, b, z, y, parallel_for));
@@ -241,7 +249,7 @@ Status CpuFusedConv::run_scaled(const ConvProblem& p, const void* x, const void*
   ConvProblem one = p;
   if (each_image) one.N = 1;
   DirectConv* direct = nullptr;
-  if (kernel_ != CpuKernel::kReference) EPIFUSE_RETURN_IF_ERROR(choose(one, parallel_for, &direct));
+  if (kernel_ != CpuKernel::kReference) EPIFUSE_RETURN_IF_ERROR(choose(one, parallel_for, false, &direct));
   // Where the filters are the smaller tensor: oneDNN with constant filters has each thread scale the filters
   // of its piece in the layout they were reordered into once, just before its conv reads them; another
   // kernel takes scaled plain filters. (Larger filters scaled cost more than the map's pass on one thread:
@@ -280,7 +288,7 @@ Status CpuFusedConv::kernel_name(const ConvProblem& p, std::string* name) {
   *name = "reference";
   if (kernel_ == CpuKernel::kReference || p.N <= 0) return Status::Ok();
   DirectConv* direct = nullptr;
-  EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for_threads, &direct));
+  EPIFUSE_RETURN_IF_ERROR(choose(p, parallel_for_threads, false, &direct));
   const std::string impl = onednn_.implementation(p);
   if (direct != nullptr) {
     *name = direct->name();

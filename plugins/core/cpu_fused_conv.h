@@ -54,9 +54,9 @@ class CpuFusedConv {
  private:
   // The direct kernel that can run `p` (at most one does), else null.
   DirectConv* direct_for(const ConvProblem& p);
-  // The direct kernel that runs `p`: forced, depthwise with AVX-512, or timed against oneDNN once per
-  // shape; null for oneDNN.
-  Status choose(const ConvProblem& p, const ParallelFor& parallel_for, DirectConv** chosen);
+  // The direct kernel that runs `p`: forced, depthwise with AVX-512 by rule, or timed against oneDNN once
+  // per shape; null for oneDNN. `pooled`: the conv also sums its output's channel means.
+  Status choose(const ConvProblem& p, const ParallelFor& parallel_for, bool pooled, DirectConv** chosen);
 
   CpuKernel kernel_;
   OnednnConv onednn_;
