@@ -108,6 +108,39 @@ def test_on_another_kernel_the_mean_is_a_pass_over_the_output(kernel, monkeypatc
     np.testing.assert_allclose(m, y.astype(np.float64).mean(axis=(1, 2), keepdims=True), rtol=2e-6, atol=1e-7)
 
 
+# (N, H, W, C, K, R, S), attributes: one image on oneDNN, each piece of the output summed as it is computed:
+# row pieces (SiLU's pass cuts more of them), a filter width the direct kernel runs a column at a time
+# (MixNet's merged groups), dense 1x1s whose filters outweigh their maps (pieces of output channels,
+# computed into a buffer and copied out on 49 pixels, written in place on 196)
+ONEDNN_ONE_IMAGE = {
+    "dw3x3_silu_post": ((1, 40, 36, 48, 48, 3, 3), dict(pads=(1, 1, 1, 1), group=48, activation="silu",
+                                                         residual="post")),
+    "dw9x9_s2": ((1, 29, 29, 40, 40, 9, 9), dict(strides=(2, 2), pads=(4, 4, 4, 4), group=40,
+                                                  activation="hardswish")),
+    "dense1x1_channel_pieces_copied": ((1, 7, 7, 768, 3072, 1, 1), dict(activation="relu", residual="pre")),
+    "dense1x1_channel_pieces_in_place": ((1, 14, 14, 384, 1536, 1, 1), dict(activation="gelu")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONEDNN_ONE_IMAGE))
+def test_on_onednn_one_image_sums_its_pieces_as_they_are_computed(name, monkeypatch):
+    """One fp32 image on oneDNN: each piece sums its own output while it is in its core's cache, the
+    pieces' sums added in a fixed order; the mean agrees with float64 over the output Y."""
+    from tests.test_cpu_onednn import needs_onednn
+    if needs_onednn.args[0]:
+        pytest.skip(needs_onednn.kwargs["reason"])
+    monkeypatch.setenv("EPIFUSE_CPU_KERNEL", "onednn")
+    shape, attrs = ONEDNN_ONE_IMAGE[name]
+    x, w, b, z = conv_inputs(np.float32, shape, **attrs)
+    y, m = _run(_model(shape, attrs, w, b), x, z)
+    assert rel_l2(y, _reference(x, w, b, z, **attrs)) <= TOL
+    assert m.shape == (1, 1, 1, shape[4])
+    expected = y.astype(np.float64).mean(axis=(1, 2), keepdims=True)
+    np.testing.assert_allclose(m, expected, rtol=2e-6, atol=2e-7 * np.abs(y).max())
+    _, m1 = _run(_model(shape, attrs, w, b), x, z, threads=1)
+    assert np.array_equal(m, m1)  # the same pieces whichever threads ran them
+
+
 @pytest.mark.skipif(not {"avx512f", "avx512bw", "avx512vl"} <= cpu_flags(), reason="bf16 needs AVX-512 with BW and VL")
 @pytest.mark.parametrize("name", ["3x3_s1_partial_vector", "5x5_s2_batch", "3x4_a_column_at_a_time"])
 def test_bf16_output_as_the_conv_and_the_mean_of_its_fp32_values(name, monkeypatch):

@@ -208,3 +208,18 @@ def test_auto_chooses_depthwise_layers_untimed(tmp_path, monkeypatch, dtype):
     else:
         assert name == "depthwise direct avx512", name
     assert not (tmp_path / "tuning.tsv").exists()
+
+
+@pytest.mark.skipif("avx512f" not in cpu_flags(), reason="the untimed choice is AVX-512's")
+def test_auto_times_depthwise_widths_the_direct_kernel_runs_a_column_at_a_time(tmp_path, monkeypatch):
+    """A filter width the direct kernel does not unroll (MixNet's merged 9x9 groups) is timed against oneDNN
+    at the first run and the choice kept for the machine."""
+    monkeypatch.delenv("EPIFUSE_CPU_ISA", raising=False)
+    monkeypatch.setenv("EPIFUSE_TUNE", "1")
+    monkeypatch.setenv("EPIFUSE_TUNING_CACHE", str(tmp_path / "tuning.tsv"))
+    desc = registry.ConvDesc.from_attributes(registry.FLOAT, (1, 15, 15, 48), (48, 9, 9, 1), pads=(4, 4, 4, 4),
+                                             group=48, activation="hardswish")
+    name = registry.cpu_kernel_name(desc, "auto")
+    assert name == "depthwise direct avx512" or name.startswith("onednn "), name
+    kept = (tmp_path / "tuning.tsv").read_text().strip().split("\t")[-1]  # key, then the choice
+    assert kept == ("onednn" if name.startswith("onednn ") else "depthwise direct avx512"), kept

@@ -96,14 +96,15 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
     if (d == forced) *chosen = d;
     return Status::Ok();
   }
-  // Depthwise layers with AVX-512: untimed, since a first-run timing, warm and in a loop, picked oneDNN
-  // for about half of the layers the direct kernel ran faster in whole models. On the Xeon it did on
-  // every depthwise layer of MobileNetV3-Large, EfficientNet-B0 and ConvNeXt-T (49 layers; their sums
-  // 0.57-0.72x oneDNN's). On Zen 5 oneDNN's ran chains of MobileNetV3's 3x3 layers 1.18-1.25x faster and
-  // MobileNetV2 fused throughout 1.12x, while a layer that sums a squeeze-excite pool keeps the direct
-  // kernel, which sums it in registers (all depthwise layers on oneDNN: EfficientNet-B0 0.97x,
-  // MobileNetV3-Large 0.95x).
-  if (d == &depthwise_ && d->isa() == VectorIsa::kAvx512) {
+  // Depthwise layers with AVX-512 and a filter width the direct kernel unrolls: chosen by rule, untimed,
+  // since a first-run timing, warm and in a loop, picked oneDNN for about half of the layers the direct
+  // kernel ran faster in whole models. On the Xeon it did on every depthwise layer of MobileNetV3-Large,
+  // EfficientNet-B0 and ConvNeXt-T (49 layers; their sums 0.57-0.72x oneDNN's). On Zen 5 oneDNN's ran
+  // chains of MobileNetV3's 3x3 layers 1.18-1.25x faster and MobileNetV2 fused throughout 1.14-1.15x,
+  // while a layer that sums a squeeze-excite pool keeps the direct kernel, which sums it in registers
+  // (on oneDNN, its pieces summing their output: MobileNetV3-Large 0.96x, EfficientNet-B0 0.98x). Other
+  // widths (MixNet's merged 9x9 groups), which the direct kernel runs a column at a time, are timed.
+  if (d == &depthwise_ && d->isa() == VectorIsa::kAvx512 && DepthwiseConv::unrolled(p)) {
     const bool onednn = cpu_is_amd_zen5() && p.dtype == DType::kFloat && !pooled;
     return *chosen = onednn ? nullptr : d, Status::Ok();
   }
@@ -197,9 +198,10 @@ Status CpuFusedConv::run(const ConvProblem& p, const void* x, const void* w, boo
     if (direct == &depthwise_)  // sums its output in registers where `mean` asks
       return depthwise_.run_with_mean(p, x, w, w_constant, b, z, y, mean, parallel_for);
     if (direct != nullptr) return with_mean(direct->run(p, x, w, w_constant, b, z, y, parallel_for));
-    bool refused = true;
-    EPIFUSE_RETURN_IF_ERROR(onednn_.run(p, x, w, w_constant, b, z, y, parallel_for, &refused));
-    if (!refused) return with_mean(Status::Ok());
+    bool refused = true, mean_done = false;
+    EPIFUSE_RETURN_IF_ERROR(onednn_.run(p, x, w, w_constant, b, z, y, parallel_for, &refused, nullptr,
+                                        static_cast<float*>(mean), &mean_done));
+    if (!refused) return mean_done ? Status::Ok() : with_mean(Status::Ok());
   }
   return with_mean(reference_fused_conv(p, x, w, b, z, y, parallel_for));
 }

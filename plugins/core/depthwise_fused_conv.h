@@ -5,7 +5,8 @@
 // the residual and activation apply to a block while it is in registers. Against oneDNN 3.2's
 // brdgmm_dw (2 threads, Zen 4): ConvNeXt-T's 7x7 layers 1.05-1.34x, EfficientNet's and MobileNet's 3x3
 // and 5x5 0.90-1.11x in loops; in whole models on an AVX-512 Xeon faster on every depthwise layer, so
-// CpuFusedConv runs it there untimed (elsewhere it times the two per shape and keeps the faster).
+// CpuFusedConv runs it untimed with AVX-512 on the widths it unrolls (fp32 ones that sum no pool go to
+// oneDNN on Zen 5, where oneDNN's measured faster); elsewhere it times the two per shape.
 #pragma once
 #include "direct_conv.h"
 
@@ -19,6 +20,12 @@ class DepthwiseConv final : public DirectConv {
 
   // "depthwise direct avx512" or "... avx2".
   std::string name() const override;
+
+  // Whether `p`'s filter width and stride have a kernel unrolled for them (3, 5 or 7 wide, stride 1 or 2);
+  // others run a column at a time, several times slower.
+  static bool unrolled(const ConvProblem& p) {
+    return (p.S == 3 || p.S == 5 || p.S == 7) && (p.attr.stride_w == 1 || p.attr.stride_w == 2);
+  }
 
   Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
              const void* z, void* y, const ParallelFor& parallel_for) override;

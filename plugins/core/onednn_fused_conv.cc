@@ -640,9 +640,11 @@ std::string OnednnConv::implementation(const ConvProblem& problem) {
 
 Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w, bool w_constant, const void* b,
                        const void* z, void* y, const ParallelFor& parallel_for, bool* refused,
-                       const void* w_scale) {
+                       const void* w_scale, float* mean, bool* mean_done) {
   const ConvProblem p = as_pixel_column(problem);
   *refused = true;
+  if (mean_done != nullptr) *mean_done = false;
+  if (problem.N != 1 || p.dtype != DType::kFloat) mean = nullptr;  // the caller's pass
   if (w_scale != nullptr && (!w_constant || (p.dtype != DType::kFloat && p.dtype != DType::kBFloat16)))
     return Status::Error("filters scaled in oneDNN's layout must be constant, float or bfloat16");
   if (w_scale != nullptr && p.C > kMaxScaledChannels) return Status::Ok();  // refused: channel_runs' numbers
@@ -699,6 +701,7 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
   // Numbers this call (for the scaled filters a thread keeps: its pieces of one call share them).
   static std::atomic<uint64_t> calls{0};
   const uint64_t call = w_scale != nullptr ? ++calls : 0;
+  std::vector<float> piece_sums(mean ? chunks.size() * static_cast<size_t>(p.K) : 0, 0.f);  // [chunk][K]
   std::mutex error_mutex;
   std::string error;
   parallel_for(static_cast<int64_t>(chunks.size()), [&](int64_t i) {
@@ -777,6 +780,13 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
           activation_pass(p.attr, state_->isa, o, r, pixels * c.kc);
         }
       }
+      if (mean) {  // the piece's output, still in this core's cache, summed channel by channel
+        const float* o = reinterpret_cast<const float*>(out);
+        const int64_t stride = c.copies(p) ? c.kc : p.K;
+        float* sums = piece_sums.data() + i * p.K + c.k0;
+        for (int64_t px = 0; px < pixels; ++px)
+          for (int64_t k = 0; k < c.kc; ++k) sums[k] += o[px * stride + k];
+      }
       if (c.copies(p)) copy_channels(at(y, y_offset, esize), p.K, out, c.kc, pixels, c.kc, esize);
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(error_mutex);
@@ -784,6 +794,15 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
     }
   });
   if (!error.empty()) return Status::Error(error);
+  if (mean) {  // the pieces' sums in a fixed order: the same mean whichever thread ran which piece
+    const float scale = 1.f / static_cast<float>(problem.P() * problem.Q());
+    for (int64_t k = 0; k < p.K; ++k) {
+      float total = 0.f;
+      for (size_t i = 0; i < chunks.size(); ++i) total += piece_sums[i * p.K + k];
+      mean[k] = total * scale;
+    }
+    *mean_done = true;
+  }
   return Status::Ok();
 }
 

@@ -28,9 +28,11 @@ class OnednnConv {
   // `w_scale` ([C] of p's type, with constant filters): the conv of x times it, each input channel's
   // filter taps scaled in the layout the filters were reordered into once (a squeeze-excite gate), not
   // in the plain filters with a reorder on every call.
+  // `mean` (fp32, one image): also y's mean over its rows and columns, [K] floats, each piece summing its
+  // output while it is still in its core's cache; `*mean_done` says whether it did (else the caller's pass).
   Status run(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
              const void* z, void* y, const ParallelFor& parallel_for, bool* refused,
-             const void* w_scale = nullptr);
+             const void* w_scale = nullptr, float* mean = nullptr, bool* mean_done = nullptr);
 
   // Drops the reordered copy of constant filters (a later run makes it again).
   void release_filters();
