@@ -137,8 +137,11 @@ def test_on_onednn_one_image_sums_its_pieces_as_they_are_computed(name, monkeypa
     assert m.shape == (1, 1, 1, shape[4])
     expected = y.astype(np.float64).mean(axis=(1, 2), keepdims=True)
     np.testing.assert_allclose(m, expected, rtol=2e-6, atol=2e-7 * np.abs(y).max())
-    _, m1 = _run(_model(shape, attrs, w, b), x, z, threads=1)
-    assert np.array_equal(m, m1)  # the same pieces whichever threads ran them
+    y1, m1 = _run(_model(shape, attrs, w, b), x, z, threads=1)
+    np.testing.assert_allclose(m1, y1.astype(np.float64).mean(axis=(1, 2), keepdims=True), rtol=2e-6,
+                               atol=2e-7 * np.abs(y1).max())
+    if np.array_equal(y, y1):  # a session may time another of oneDNN's implementations, summing Y otherwise
+        assert np.array_equal(m, m1)  # the same pieces whichever threads ran them
 
 
 @pytest.mark.skipif(not {"avx512f", "avx512bw", "avx512vl"} <= cpu_flags(), reason="bf16 needs AVX-512 with BW and VL")

@@ -644,7 +644,7 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
   const ConvProblem p = as_pixel_column(problem);
   *refused = true;
   if (mean_done != nullptr) *mean_done = false;
-  if (problem.N != 1 || p.dtype != DType::kFloat) mean = nullptr;  // the caller's pass
+  if (problem.N != 1 || p.dtype != DType::kFloat || mean_done == nullptr) mean = nullptr;  // the caller's pass
   if (w_scale != nullptr && (!w_constant || (p.dtype != DType::kFloat && p.dtype != DType::kBFloat16)))
     return Status::Error("filters scaled in oneDNN's layout must be constant, float or bfloat16");
   if (w_scale != nullptr && p.C > kMaxScaledChannels) return Status::Ok();  // refused: channel_runs' numbers
