@@ -819,8 +819,9 @@ OnednnConv::~OnednnConv() = default;
 void OnednnConv::release_filters() {}
 std::string OnednnConv::implementation(const ConvProblem&) { return ""; }
 Status OnednnConv::run(const ConvProblem&, const void*, const void*, bool, const void*, const void*, void*,
-                       const ParallelFor&, bool* refused, const void*) {
+                       const ParallelFor&, bool* refused, const void*, float*, bool* mean_done) {
   *refused = true;
+  if (mean_done != nullptr) *mean_done = false;
   return Status::Ok();
 }
 std::string onednn_version() { return ""; }
