@@ -18,4 +18,8 @@ Status channel_mean_cpu(const float* x, float* y, int64_t N, int64_t pixels, int
 Status channel_mean_cpu(const bfloat16_t* x, bfloat16_t* y, int64_t N, int64_t pixels, int64_t C,
                         const ParallelFor& parallel);
 
+// sums[c] = the sum of `rows` rows of C floats at column c, the rows `stride` floats apart (sums overwritten),
+// on the calling thread: a piece of a conv's output summed while it is in that core's cache.
+void channel_sums_cpu(const float* x, int64_t stride, float* sums, int64_t rows, int64_t C);
+
 }  // namespace epifuse

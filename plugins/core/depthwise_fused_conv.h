@@ -21,8 +21,8 @@ class DepthwiseConv final : public DirectConv {
   // "depthwise direct avx512" or "... avx2".
   std::string name() const override;
 
-  // Whether `p`'s filter width and stride have a kernel unrolled for them (3, 5 or 7 wide, stride 1 or 2);
-  // others run a column at a time, several times slower.
+  // Whether `p`'s filter width and stride have a kernel unrolled for them (3, 5 or 7 wide, stride 1 or 2:
+  // the cases of conv_row_for in depthwise_kernels.inc); others run a column at a time, several times slower.
   static bool unrolled(const ConvProblem& p) {
     return (p.S == 3 || p.S == 5 || p.S == 7) && (p.attr.stride_w == 1 || p.attr.stride_w == 2);
   }

@@ -24,6 +24,7 @@
 #endif
 
 #include "bf16_vectors.h"
+#include "channel_mean.h"
 #include "cpu_epilogue.h"
 #include "cpu_isa.h"
 #include "float_types.h"
@@ -780,13 +781,9 @@ Status OnednnConv::run(const ConvProblem& problem, const void* x, const void* w,
           activation_pass(p.attr, state_->isa, o, r, pixels * c.kc);
         }
       }
-      if (mean) {  // the piece's output, still in this core's cache, summed channel by channel
-        const float* o = reinterpret_cast<const float*>(out);
-        const int64_t stride = c.copies(p) ? c.kc : p.K;
-        float* sums = piece_sums.data() + i * p.K + c.k0;
-        for (int64_t px = 0; px < pixels; ++px)
-          for (int64_t k = 0; k < c.kc; ++k) sums[k] += o[px * stride + k];
-      }
+      if (mean)  // the piece's output, still in this core's cache: rows of kc values, kc or K apart
+        channel_sums_cpu(reinterpret_cast<const float*>(out), c.copies(p) ? c.kc : p.K,
+                         piece_sums.data() + i * p.K + c.k0, pixels, c.kc);
       if (c.copies(p)) copy_channels(at(y, y_offset, esize), p.K, out, c.kc, pixels, c.kc, esize);
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(error_mutex);
