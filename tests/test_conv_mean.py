@@ -60,12 +60,14 @@ def _run(model, x, z, threads=None):
 
 
 # (N, H, W, C, R, S), strides, pads: the unrolled widths and strides, a column at a time, rows too few for
-# the pieces (channel groups), partial vectors, batches whose pieces of rows span two images
+# the pieces (channel groups), bands of rows of channel pairs, partial vectors, batches whose pieces of rows
+# span two images
 GEOMETRY = {
     "3x3_s1_partial_vector": ((1, 13, 21, 40, 3, 3), (1, 1), (1, 1, 1, 1)),
     "3x3_s2": ((1, 17, 23, 48, 3, 3), (2, 2), (1, 1, 1, 1)),
     "5x5_s2_batch": ((3, 15, 15, 72, 5, 5), (2, 2), (2, 2, 2, 2)),
     "7x7_rows_fewer_than_pieces": ((1, 7, 7, 200, 5, 5), (1, 1), (2, 2, 2, 2)),
+    "bands_of_channel_pairs_batch": ((2, 14, 14, 484, 3, 3), (1, 1), (1, 1, 1, 1)),  # a block's input past L1
     "3x4_a_column_at_a_time": ((2, 9, 20, 21, 3, 4), (1, 1), (1, 2, 1, 1)),  # a width it does not unroll
     "one_pixel": ((1, 1, 1, 32, 3, 3), (1, 1), (1, 1, 1, 1)),
 }

@@ -46,6 +46,10 @@ GEOMETRY = {
     "5x5_s2_odd_map": ((2, 15, 15, 72, 5, 5), (2, 2), (2, 2, 2, 2)),
     "7x7_s1_convnext": ((1, 14, 14, 96, 7, 7), (1, 1), (3, 3, 3, 3)),
     "rows_fewer_than_pieces_channels_split": ((1, 7, 7, 200, 5, 5), (1, 1), (2, 2, 2, 2)),
+    "small_channels_rows_fewer_than_pieces": ((1, 7, 7, 64, 3, 3), (1, 1), (1, 1, 1, 1)),
+    # a block's input past L1 through all channels: bands of rows, a pair of vectors each, the last partial
+    "bands_of_channel_pairs": ((1, 14, 14, 484, 3, 3), (1, 1), (1, 1, 1, 1)),
+    "bands_of_channel_pairs_s2_batch": ((2, 15, 15, 484, 5, 5), (2, 2), (2, 2, 2, 2)),
     "7x7_s2": ((1, 19, 26, 16, 7, 7), (2, 2), (3, 3, 3, 3)),
     "map_narrower_than_a_block": ((1, 3, 3, 64, 3, 3), (1, 1), (1, 1, 1, 1)),
     "one_pixel": ((1, 1, 1, 32, 3, 3), (1, 1), (1, 1, 1, 1)),
