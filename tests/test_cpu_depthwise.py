@@ -156,6 +156,7 @@ BF16_SHAPES = {  # (N, H, W, C, R, S), strides, pads
     "3x3_s1_partial_vector": ((1, 13, 21, 40, 3, 3), (1, 1), (1, 1, 1, 1)),
     "5x5_s2": ((2, 15, 15, 72, 5, 5), (2, 2), (2, 2, 2, 2)),
     "3x5_a_column_at_a_time": ((1, 9, 20, 24, 3, 5), (1, 1), (1, 2, 1, 2)),
+    "bands_of_channel_pairs": ((1, 14, 14, 968, 3, 3), (1, 1), (1, 1, 1, 1)),  # a block's input past L1
 }
 
 
