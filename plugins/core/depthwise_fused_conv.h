@@ -2,7 +2,9 @@
 // or AVX2, bf16 on AVX-512 with BW (widened as loaded, fp32 arithmetic, rounded once as stored), NHWC:
 // each output row's channel vectors accumulate the filter taps in registers, blocks of output columns
 // sharing each input vector they read (a 3x3 stride-1 filter row: 10 loads for 24 multiply-adds), and
-// the residual and activation apply to a block while it is in registers. Against oneDNN 3.2's
+// the residual and activation apply to a block while it is in registers; where a block's input through
+// all channels would not fit L1 (14x14x480), pieces are bands of rows of a pair of channel vectors,
+// whose input rows stay in L1 down the band. Against oneDNN 3.2's
 // brdgmm_dw (2 threads, Zen 4): ConvNeXt-T's 7x7 layers 1.05-1.34x, EfficientNet's and MobileNet's 3x3
 // and 5x5 0.90-1.11x in loops; in whole models on an AVX-512 Xeon faster on every depthwise layer, so
 // CpuFusedConv runs it untimed with AVX-512 on the widths it unrolls (fp32 ones that sum no pool go to
