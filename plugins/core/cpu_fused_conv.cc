@@ -100,8 +100,8 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
   // since a first-run timing, warm and in a loop, picked oneDNN for about half of the layers the direct
   // kernel ran faster in whole models. On the Xeon it did on every depthwise layer of MobileNetV3-Large,
   // EfficientNet-B0 and ConvNeXt-T (49 layers; their sums 0.57-0.72x oneDNN's). On Zen 5 oneDNN's ran
-  // chains of MobileNetV3's 3x3 layers 1.18-1.25x faster and MobileNetV2 fused throughout 1.14-1.15x,
-  // while a layer that sums a squeeze-excite pool keeps the direct kernel, which sums it in registers
+  // chains of MobileNetV3's 3x3 layers 1.18-1.25x faster and MobileNetV2 fused throughout 1.14-1.15x
+  // (1.06x against the direct kernel's faster version, with ReLU6 in registers), while a layer that sums a squeeze-excite pool keeps the direct kernel, which sums it in registers
   // (on oneDNN, its pieces summing their output: MobileNetV3-Large 0.96x, EfficientNet-B0 0.98x). Other
   // widths (MixNet's merged 9x9 groups), which the direct kernel runs a column at a time, are timed.
   if (d == &depthwise_ && d->isa() == VectorIsa::kAvx512 && DepthwiseConv::unrolled(p)) {
