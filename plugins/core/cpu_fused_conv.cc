@@ -101,8 +101,9 @@ Status CpuFusedConv::choose(const ConvProblem& p, const ParallelFor& parallel_fo
   // kernel ran faster in whole models. On the Xeon it did on every depthwise layer of MobileNetV3-Large,
   // EfficientNet-B0 and ConvNeXt-T (49 layers; their sums 0.57-0.72x oneDNN's). On Zen 5 oneDNN's ran
   // chains of MobileNetV3's 3x3 layers 1.18-1.25x faster and MobileNetV2 fused throughout 1.14-1.15x
-  // (1.06x against the direct kernel's faster version, with ReLU6 in registers), while a layer that sums a squeeze-excite pool keeps the direct kernel, which sums it in registers
-  // (on oneDNN, its pieces summing their output: MobileNetV3-Large 0.96x, EfficientNet-B0 0.98x). Other
+  // (1.06x against the direct kernel's faster version, with ReLU6 in registers), while a layer that sums
+  // a squeeze-excite pool keeps the direct kernel, which sums it in registers (on oneDNN, its pieces
+  // summing their output: MobileNetV3-Large 0.96x, EfficientNet-B0 0.98x). Other
   // widths (MixNet's merged 9x9 groups), which the direct kernel runs a column at a time, are timed.
   if (d == &depthwise_ && d->isa() == VectorIsa::kAvx512 && DepthwiseConv::unrolled(p)) {
     const bool onednn = cpu_is_amd_zen5() && p.dtype == DType::kFloat && !pooled;

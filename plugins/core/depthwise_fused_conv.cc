@@ -15,10 +15,9 @@ namespace {
 
 // Output rows a piece of work, at least: enough pieces per thread to even out a ragged end.
 constexpr int64_t kPiecesPerThread = 4;
-// Pieces of whole rows where one block of kBlockColumns output columns (the AVX-512 kernels') reads at
-// most this much input through all channels: L1 is 32-48 KB.
+// Pieces of whole rows where one block of the AVX-512 kernels' output columns reads at most this much
+// input through all channels: L1 is 32-48 KB.
 constexpr int64_t kL1Bytes = 32 * 1024;
-constexpr int64_t kBlockColumns = 8;
 
 struct Geometry {
   Geometry(const ConvProblem& p, int64_t lanes)
@@ -36,7 +35,6 @@ using Vec = simd::Avx512;
 using Data = float;
 constexpr int kBlock = 8;  // output columns in registers: 8 accumulators + up to 7 taps + the input
 constexpr bool kPairs = true;  // 32 registers: two channel vectors at once where the taps fit
-constexpr int64_t kGroupLanes = 32;  // channels a pass down the rows: a pair of vectors
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512
 #include "vector_epilogue.inc"
 #include "depthwise_kernels.inc"
@@ -49,7 +47,6 @@ using Vec = simd::Avx512;
 using Data = bfloat16_t;
 constexpr int kBlock = 8;
 constexpr bool kPairs = true;
-constexpr int64_t kGroupLanes = 32;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX512BW
 EPIFUSE_VECTOR_TARGET inline Vec::F load_data(Vec::Mask m, const bfloat16_t* p) { return load_bf16x16_masked(m, p); }
 EPIFUSE_VECTOR_TARGET inline Vec::F load_data(const bfloat16_t* p) { return load_bf16x16(p); }
@@ -64,7 +61,6 @@ using Vec = simd::Avx2;
 using Data = float;
 constexpr int kBlock = 4;  // of 16 registers: 4 accumulators + up to 7 taps + the input
 constexpr bool kPairs = false;
-constexpr int64_t kGroupLanes = 8;
 #define EPIFUSE_VECTOR_TARGET EPIFUSE_AVX2
 #include "vector_epilogue.inc"
 #include "depthwise_kernels.inc"
@@ -98,7 +94,7 @@ void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRows out
               const void* x, const float* f, const float* b, const void* z, void* y, T* mean) {
   const int64_t rows = g.N * g.P, vectors = g.Cp / g.lanes;
   const int64_t wanted = hardware_threads() * kPiecesPerThread;
-  const int64_t block_bytes = g.R * ((kBlockColumns - 1) * g.SW + g.S) * g.C * static_cast<int64_t>(sizeof(T));
+  const int64_t block_bytes = g.R * ((avx512::kBlock - 1) * g.SW + g.S) * g.C * static_cast<int64_t>(sizeof(T));
   int64_t group_vectors = group_lanes / g.lanes;
   if (block_bytes <= kL1Bytes) {
     const int64_t groups = rows >= wanted ? 1 : std::min(vectors, (wanted + rows - 1) / rows);
