@@ -64,17 +64,6 @@ EPIFUSE_VECTOR_TARGET inline Vec::F load_weights(const float* p) { return Vec::l
 #undef EPIFUSE_VECTOR_TARGET
 }  // namespace avx2
 
-// The filters, KRSC [K][C], as panels of kBlockVectors output-channel vectors, each [C][its vectors], one
-// after another: a block's filters are one stream of memory (they come cold in a model).
-template <class T>
-void arrange_panels(const T* w, int64_t C, int64_t K, int64_t Kp, int64_t lanes, T* f) {
-  const int64_t panel_width = kBlockVectors * lanes;
-  for (int64_t k = 0; k < K; ++k) {
-    const int64_t k0 = k / panel_width * panel_width, width = std::min(panel_width, Kp - k0);
-    for (int64_t c = 0; c < C; ++c) f[C * k0 + c * width + (k - k0)] = w[k * C + c];
-  }
-}
-
 }  // namespace
 
 bool GemvConv::supports(const ConvProblem& p) const {
@@ -117,7 +106,7 @@ Status GemvConv::run(const ConvProblem& p, const void* x, const void* w, bool w_
   const int64_t blocks = (g.Kp + kBlockVectors * lanes - 1) / (kBlockVectors * lanes);
   if (p.dtype == DType::kBFloat16) {  // bf16 filters in the float buffer, two a float; the bias in fp32
     const auto filters = filters_.get(w, w_constant, (g.C * g.Kp + 1) / 2, [&](float* f) {
-      arrange_panels(static_cast<const bfloat16_t*>(w), g.C, g.K, g.Kp, lanes, reinterpret_cast<bfloat16_t*>(f));
+      arrange_panels(static_cast<const bfloat16_t*>(w), g.C, g.K, g.Kp, kBlockVectors * lanes, reinterpret_cast<bfloat16_t*>(f));
     });
     std::vector<float> bias(static_cast<size_t>(g.K));
     for (int64_t k = 0; k < g.K; ++k) bias[k] = to_float(static_cast<const bfloat16_t*>(b)[k]);
@@ -126,7 +115,7 @@ Status GemvConv::run(const ConvProblem& p, const void* x, const void* w, bool w_
     return Status::Ok();
   }
   const auto filters = filters_.get(w, w_constant, g.C * g.Kp, [&](float* f) {
-    arrange_panels(static_cast<const float*>(w), g.C, g.K, g.Kp, lanes, f);
+    arrange_panels(static_cast<const float*>(w), g.C, g.K, g.Kp, kBlockVectors * lanes, f);
   });
   run_pixels(g, pixels, blocks, isa_ == VectorIsa::kAvx512 ? avx512::pixel_blocks : avx2::pixel_blocks, x,
              filters->data, static_cast<const float*>(b), z, y, parallel_for);

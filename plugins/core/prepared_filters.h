@@ -1,6 +1,7 @@
 // What the CPU kernels of their own (Winograd, depthwise) share: 64-byte aligned float buffers, and
 // their filters prepared once (transformed, rearranged) and kept while the same constant filters come back.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,17 @@ inline float* aligned(std::vector<float>& storage, int64_t n) {
   if (storage.size() < static_cast<size_t>(n + 16)) storage.resize(static_cast<size_t>(n + 16));
   const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
   return reinterpret_cast<float*>(round_up(static_cast<int64_t>(address), 64));
+}
+
+// 1x1 filters, KRSC [K][C], as panels of `panel_width` output channels, each [C][its channels] (the last
+// narrower, Kp - its first; the lanes past K left as they are, zeros in a fresh copy): a panel's filters
+// are one stream of memory, a register tile's rows of filter vectors one after another.
+template <class T>
+void arrange_panels(const T* w, int64_t C, int64_t K, int64_t Kp, int64_t panel_width, T* f) {
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t k0 = k / panel_width * panel_width, width = std::min(panel_width, Kp - k0);
+    for (int64_t c = 0; c < C; ++c) f[C * k0 + c * width + (k - k0)] = w[k * C + c];
+  }
 }
 
 // One node's prepared filters, safe to use from several threads at once.
