@@ -19,7 +19,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
 from .compare import pooled
-from .contract import CUDA_TARGETS, PRECISIONS, TARGETS
+from .contract import CUDA_TARGETS, DOMAIN, PRECISIONS, TARGETS
 from .costs import Costs, CostTable, FileCosts, MeasuredCosts, default_cache_path
 from .decide import MODES, Decider
 from .errors import EpifuseError
@@ -31,6 +31,8 @@ from .passes.channel_copy import channel_copy
 from .passes.channel_scale import channel_scale
 from .passes.conv_mean import conv_mean, split_conv_means
 from .passes.conv_scale import conv_scale, split_conv_scales
+from .passes.pointwise_depthwise import OP_TYPE as PAIR_OP
+from .passes.pointwise_depthwise import pointwise_depthwise, split_pointwise_depthwise
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
 from .passes.fold_affine import fold_affine
@@ -122,6 +124,9 @@ class FusionPolicy:
     model_check: object | None = None
     exclude: frozenset[str] = frozenset()  # candidates (report node names) never fused: the check's variants
     allow_tf32: bool = True
+    # expand 1x1 convs merged with the depthwise conv that reads them (ort-cpu, passes/pointwise_depthwise.py),
+    # where the whole-model check will judge them (_pairs_wanted); its variants leave them out
+    pointwise_depthwise: bool = True
     # the runtime's layout reorders read per model (by the exported graph's hash): the whole-model check's
     # variants, made with replace(policy, ...), share this dict and so read them once
     runtime_reorders: dict = field(default_factory=dict, repr=False, compare=False)
@@ -308,7 +313,9 @@ def _batches_to_check(original: onnx.ModelProto, batches: tuple[int, ...]) -> li
 def _reoptimized(original: onnx.ModelProto, target: str, precision: str, policy: FusionPolicy, kernel_query,
                  exclude: set[str], **changes) -> tuple[onnx.ModelProto, Report]:
     """A variant for the whole-model check: the original optimized again from the times already measured
-    (nothing new measured, no check of its own), the candidates `exclude` names left unfused."""
+    (nothing new measured, no check of its own), the candidates `exclude` names left unfused, and (unless
+    `changes` say otherwise) no pointwise-depthwise pairs: the check judges those on a model of its own."""
+    changes.setdefault("pointwise_depthwise", False)
     return optimize_model(original, target=target, precision=precision, kernel_query=kernel_query,
                           policy=replace(policy, exclude=frozenset(exclude), measure_budget_s=0.0,
                                          model_check=False, export_costs=None, **changes))
@@ -502,10 +509,64 @@ def _unfused_or_original(unfused, slower_at, original_model, target: str, precis
 def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, target: str,
                        precision: str, policy: FusionPolicy | None, report: Report, progress=None,
                        kernel_query=None) -> onnx.ModelProto | str:
-    """The whole-model check: the model to keep. Each candidate was timed alone; together they can still
-    lose (Transposes the region estimate missed, layers that share the caches), so where the times were
-    measured on this machine the optimized model also runs against the original, interleaved, at each
-    batch size decided for. Where it is slower at one of them, the fusions on the largest tensors go
+    """The whole-model check: the fusions (_fusions_check), then the pointwise-depthwise pairs of the model it
+    kept (_pairs_check)."""
+    kept = _fusions_check(check, original, optimized, target, precision, policy, report, progress, kernel_query)
+    return _pairs_check(check, original, kept, target, precision, policy or FusionPolicy(), report, kernel_query)
+
+
+def _pairs_wanted(policy: FusionPolicy | None) -> bool:
+    """Whether the pointwise-depthwise pairs are made: where every fusion is (`--fuse always`), or where the
+    whole-model check will time them (measured here, no test timer), which keeps them only where not slower."""
+    policy = policy or FusionPolicy()
+    if not policy.pointwise_depthwise:
+        return False
+    mode = policy.resolved_mode()
+    return mode == "always" or (mode == "auto" and policy.costs_file is None and policy.timer is None
+                                and policy.model_check is not False)
+
+
+def _pairs_check(check, original: onnx.ModelProto | str, kept: onnx.ModelProto | str, target: str,
+                 precision: str, policy: FusionPolicy, report: Report, kernel_query=None) -> onnx.ModelProto | str:
+    """`kept` where it has no epifuse::FusedPointwiseDepthwise, or runs at least as fast as with each pair as
+    its two FusedConvs at every batch size and thread count the check runs (MobileNetV2 on Zen 5: 1.06x on
+    two threads, 0.99x on one; bench/cpu_pairs.py); else the model optimized again without pairs, nothing
+    else changed. A model with pairs is the one every fusion was decided for (the check's variants have
+    none), so that is what the variant without them is made from."""
+    model = load_model(kept) if isinstance(kept, str) else kept
+    pairs = sum(n.op_type == PAIR_OP and n.domain == DOMAIN for n in model.graph.node)
+    del model
+    if not pairs:
+        return kept
+    original_model = load_model(original) if isinstance(original, str) else original
+    variant, variant_report = _reoptimized(original_model, target, precision, policy, kernel_query,
+                                           set(policy.exclude))
+    what = f"the {pairs} pointwise-depthwise pair{'s' if pairs > 1 else ''}"
+    try:
+        for batch in _batches_to_check(original_model, policy.batches):
+            for threads in _threads_to_check(target, policy.threads):
+                r = check(variant, kept, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS,
+                          threads=threads)
+                report.notes.append(_speedup_note(f"{what} against their two FusedConvs", r))
+                if r["slower"] or r["speedup"] < 1.0:
+                    report.notes.append(f"{what} ran {r['speedup']:.3f}x their FusedConvs' speed at {_run_name(r)}: "
+                                        "kept as two FusedConvs each")
+                    _describe_with(report, variant_report)
+                    return variant
+    except Exception as e:  # noqa: BLE001 (ONNX Runtime refusing a session: the model without them, as decided)
+        report.notes.append(f"{what} not checked ({_first_line(e)}): kept as two FusedConvs each")
+        _describe_with(report, variant_report)
+        return variant
+    return kept
+
+
+def _fusions_check(check, original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, target: str,
+                   precision: str, policy: FusionPolicy | None, report: Report, progress=None,
+                   kernel_query=None) -> onnx.ModelProto | str:
+    """The whole-model check of the fusions: the model to keep. Each candidate was timed alone; together
+    they can still lose (Transposes the region estimate missed, layers that share the caches), so where the
+    times were measured on this machine the optimized model also runs against the original, interleaved,
+    at each batch size decided for. Where it is slower at one of them, the fusions on the largest tensors go
     first (where layout and memory traffic, which a candidate's own time does not see, weigh most):
     the model with only the half, then the quarter, of the fused candidates with the least data is
     optimized again from the measurements already made (nothing else fuses, nothing new is measured),
@@ -630,7 +691,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
     report.ops_before = _op_counts(template)
     defaults = _overridable_initializers(graph, template)
     with _timed(report, "canonicalize", progress, free_memory):
-        graph = canonicalize(split_conv_scales(split_conv_means(graph, report), report), report)
+        graph = split_conv_means(split_pointwise_depthwise(graph, report), report)
+        graph = canonicalize(split_conv_scales(graph, report), report)
     with _timed(report, "shape_constants", progress, free_memory):
         graph = shape_constants(graph, report)
     with _timed(report, "concat_of_slices", progress, free_memory):  # on the Slice bounds shape_constants made
@@ -709,6 +771,9 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = conv_scale(graph, report, target, precision)
         with _timed(report, "conv_mean", progress, free_memory):
             graph = conv_mean(graph, report, target, precision)
+        if _pairs_wanted(policy):
+            with _timed(report, "pointwise_depthwise", progress, free_memory):
+                graph = pointwise_depthwise(graph, report, target, precision)
     with _timed(report, "cleanup", progress, free_memory):
         out = cleanup(graph, report, template, defaults, input_structure)
     report.nodes_after = len(out.structure.graph.node)

@@ -132,6 +132,7 @@ void add_cpu_ops(OpList* ops) {
   add_channel_mean_cpu_ops(ops);
   add_channel_copy_cpu_ops(ops);
   add_layer_norm_cpu_ops(ops);
+  add_pointwise_depthwise_cpu_ops(ops);
 }
 
 }  // namespace epifuse::ort

@@ -1,5 +1,6 @@
 // The custom ops each part of the library registers under the "epifuse" domain: FusedConv,
-// NchwToNhwc and (CPU) FusedConvMean, FusedConvScaled, ChannelScale, ChannelMean, ChannelConcat, ChannelSlice and LayerNorm.
+// NchwToNhwc and (CPU) FusedConvMean, FusedConvScaled, ChannelScale, ChannelMean, ChannelConcat, ChannelSlice, LayerNorm and
+// FusedPointwiseDepthwise.
 #pragma once
 #include <memory>
 #include <vector>
@@ -47,5 +48,7 @@ void add_channel_mean_cpu_ops(OpList* ops);
 void add_channel_copy_cpu_ops(OpList* ops);
 // epifuse::LayerNorm (layer_norm_cpu.cc).
 void add_layer_norm_cpu_ops(OpList* ops);
+// epifuse::FusedPointwiseDepthwise (pointwise_depthwise_cpu.cc).
+void add_pointwise_depthwise_cpu_ops(OpList* ops);
 
 }  // namespace epifuse::ort

@@ -1,0 +1,109 @@
+"""Inverted-residual expands into the depthwise conv that reads them on ort-cpu: a 1x1 FusedConv (stride 1,
+unpadded, one group, no residual, at most 128 input channels) whose output only a depthwise FusedConv (no
+residual) reads becomes `epifuse::FusedPointwiseDepthwise`, the two convs in one node: inputs X, W, B of the
+1x1 conv and DW, DB of the depthwise one; the depthwise conv's attributes, and the 1x1 conv's activation as
+`pointwise_activation` (and `pointwise_activation_params`).
+
+Why: the 1x1 conv writes its whole output (MobileNetV2's 16 -> 96 at 112x112: 4.8 MB, more than a core's
+L2) and the depthwise conv reads it back, the two nodes each splitting the map between the threads. The
+library's kernel (plugins/core/cpu_pointwise_depthwise.h) computes the pair in bands of rows instead, each
+thread's 1x1 rows in a window that stays in its L2 while the depthwise conv reads them. In whole models on
+two Zen 5 threads (`python bench/cpu_pairs.py`): MobileNetV2 1.06x, MobileNetV3-Large 1.03x the same models
+with the pairs as two FusedConvs; on one thread 0.99x and 1.02x. So the pairs are made only where the
+whole-model check will judge them, and it keeps them only where the model is not slower with them
+(optimizer/pipeline.py, `_pairs_check`). 128 input channels is the reach of the 1x1 kernel the bands use
+(plugins/core/pointwise_fused_conv.h): past it the pair would always run as the two convs, and is left as
+two nodes. fp32: the bands have no bf16 kernel.
+
+The merge is the last pass, after conv_mean (a depthwise conv whose output a squeeze-excite pool reads is a
+FusedConvMean by then, and stays one); `split_pointwise_depthwise`, the first, writes a model optimized
+before back as the two FusedConvs every other pass knows.
+"""
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from .. import contract
+from ..graph import attr_text, make_variable, set_outputs, shape_of
+from ..report import Report
+
+OP_TYPE = "FusedPointwiseDepthwise"
+MAX_POINTWISE_CHANNELS = 128  # PointwiseConv::kMaxChannels (plugins/core/pointwise_fused_conv.h)
+# FusedConv attributes of the node as a whole, which both convs carry
+_SHARED = ("allow_tf32", "plugin_namespace", "plugin_version")
+
+
+def _fused_conv(node: gs.Node | None) -> bool:
+    return (node is not None and node.op == contract.OP_TYPE and node.domain == contract.DOMAIN
+            and len(node.outputs) == 1 and len(node.inputs) == 3 and attr_text(node, "residual", "none") == "none")
+
+
+def _pointwise(conv: gs.Node) -> bool:
+    """1x1, stride 1, unpadded, one group, at most MAX_POINTWISE_CHANNELS input channels (shapes known)."""
+    w = shape_of(conv.inputs[1])
+    a = conv.attrs
+    return (bool(w) and len(w) == 4 and w[1] == 1 and w[2] == 1 and isinstance(w[3], int)
+            and w[3] <= MAX_POINTWISE_CHANNELS and int(a.get("group", 1)) == 1
+            and list(a.get("strides", [1, 1])) == [1, 1] and not any(a.get("pads", [0, 0, 0, 0])))
+
+
+def _depthwise(conv: gs.Node, channels) -> bool:
+    """One input channel a group, as many groups as the 1x1 conv has output channels."""
+    w = shape_of(conv.inputs[1])
+    return (bool(w) and len(w) == 4 and w[3] == 1 and w[0] == channels and isinstance(channels, int)
+            and int(conv.attrs.get("group", 1)) == channels)
+
+
+def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision: str) -> gs.Graph:
+    if target != "ort-cpu" or precision != "fp32":
+        return graph
+    outputs = {id(t) for t in graph.outputs}
+    merged = False
+    for dw in [n for n in graph.nodes if _fused_conv(n)]:
+        mid = dw.inputs[0]
+        pw = mid.inputs[0] if len(mid.inputs) == 1 else None
+        if (not _fused_conv(pw) or len(mid.outputs) != 1 or id(mid) in outputs or not _pointwise(pw)
+                or not _depthwise(dw, shape_of(pw.inputs[1])[0])):
+            continue
+        attrs = {k: v for k, v in dw.attrs.items() if k != "residual"}
+        attrs["pointwise_activation"] = attr_text(pw, "activation", "identity")
+        if pw.attrs.get("activation_params") is not None:
+            attrs["pointwise_activation_params"] = pw.attrs["activation_params"]
+        y = dw.outputs[0]
+        inputs = [pw.inputs[0], pw.inputs[1], pw.inputs[2], dw.inputs[1], dw.inputs[2]]
+        dw.outputs.clear()
+        pw.outputs.clear()  # both dead: cleanup drops them
+        graph.nodes.append(gs.Node(OP_TYPE, dw.name, attrs, inputs, [y], domain=contract.DOMAIN))
+        report.canonicalized[f"1x1 FusedConv + depthwise FusedConv → epifuse::{OP_TYPE} ({target})"] += 1
+        merged = True
+    if not merged:
+        return graph
+    graph.toposort()
+    return graph.cleanup(remove_unused_graph_inputs=False)
+
+
+def split_pointwise_depthwise(graph: gs.Graph, report: Report) -> gs.Graph:
+    """Each FusedPointwiseDepthwise of a model optimized before as its two FusedConvs."""
+    merged = [n for n in graph.nodes if n.op == OP_TYPE and n.domain == contract.DOMAIN]
+    for node in merged:
+        x, w, b, dw_w, dw_b = node.inputs
+        y = node.outputs[0]
+        pw_attrs = {k: v for k, v in node.attrs.items() if k in _SHARED}
+        pw_attrs.update(strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], group=1, residual="none",
+                        activation=attr_text(node, "pointwise_activation", "identity"))
+        if node.attrs.get("pointwise_activation_params") is not None:
+            pw_attrs["activation_params"] = node.attrs["pointwise_activation_params"]
+        dw_attrs = {k: v for k, v in node.attrs.items() if not k.startswith("pointwise_")}
+        dw_attrs["residual"] = "none"
+        mid = make_variable(graph, f"{x.name}_pointwise", dtype=y.dtype)
+        node.outputs.clear()
+        node.inputs.clear()
+        graph.nodes.append(gs.Node(contract.OP_TYPE, f"{node.name or 'conv'}_pointwise", pw_attrs, [x, w, b], [mid],
+                                   domain=contract.DOMAIN))
+        graph.nodes.append(gs.Node(contract.OP_TYPE, node.name, dw_attrs, [mid, dw_w, dw_b], [y],
+                                   domain=contract.DOMAIN))
+        report.canonicalized[f"epifuse::{OP_TYPE} → FusedConv + FusedConv"] += 1
+    if merged:
+        graph.nodes = [n for n in graph.nodes if n.outputs]
+        graph.toposort()
+    return graph

@@ -1,0 +1,158 @@
+#include "cpu_pointwise_depthwise.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "prepared_filters.h"
+
+namespace epifuse {
+namespace {
+
+// A band's window of the 1x1 conv's rows: what stays in a core's L2 (1-2 MB) beside the depthwise conv's
+// output rows and its filters. Bands of at most kMaxBandRows output rows (a 7x7 map's whole height).
+constexpr int64_t kWindowBytes = 256 << 10;
+constexpr int64_t kMaxBandRows = 16;
+
+const ParallelFor kSerial = [](int64_t n, const std::function<void(int64_t)>& body) {
+  for (int64_t i = 0; i < n; ++i) body(i);
+};
+
+// Pieces of output rows a thread, at least: enough to even out a ragged end.
+constexpr int64_t kPiecesPerThread = 4;
+
+// A thread's window of 1x1 conv rows, kept from one call to the next (a few hundred KB a thread): the call
+// that filled it, where its rows start, and which rows of which image they are.
+struct Window {
+  std::vector<float> storage;
+  uint64_t call = 0;
+  const float* data = nullptr;
+  int64_t image = -1, row0 = 0, row1 = 0;
+};
+
+Window& thread_window() {
+  thread_local Window window;
+  return window;
+}
+
+// Output rows a band: as many as fit the window, the depthwise filter's rows and stride taken into account.
+int64_t band_rows(const ConvProblem& dw) {
+  const int64_t row_bytes = dw.W * dw.C * static_cast<int64_t>(sizeof(float));
+  const int64_t window_rows = std::max<int64_t>(dw.R, kWindowBytes / std::max<int64_t>(row_bytes, 1));
+  return std::clamp<int64_t>((window_rows - dw.R) / dw.attr.stride_h + 1, 1, kMaxBandRows);
+}
+
+}  // namespace
+
+CpuPointwiseDepthwise::CpuPointwiseDepthwise() {
+  const char* way = std::getenv("EPIFUSE_POINTWISE_DEPTHWISE");
+  separate_ = way != nullptr && std::strcmp(way, "separate") == 0;
+}
+
+Status CpuPointwiseDepthwise::check_pair(const ConvProblem& pw, const ConvProblem& dw) {
+  const ConvAttributes &a = pw.attr, &d = dw.attr;
+  if (pw.dtype != DType::kFloat || dw.dtype != DType::kFloat)
+    return Status::Error(std::string("the pointwise-depthwise pair has no ") + dtype_name(pw.dtype) + " kernel");
+  if (pw.R != 1 || pw.S != 1 || a.stride_h != 1 || a.stride_w != 1 || a.group != 1 || a.pad_top != 0 ||
+      a.pad_left != 0 || a.pad_bottom != 0 || a.pad_right != 0 || a.residual != Residual::kNone)
+    return Status::Error("the first conv must be 1x1, stride 1, unpadded, one group, without a residual");
+  if (dw.N != pw.N || dw.H != pw.H || dw.W != pw.W || dw.C != pw.K)
+    return Status::Error("the depthwise conv must read the 1x1 conv's output [N, H, W, K]");
+  if (d.group != dw.C || dw.K != dw.C || d.residual != Residual::kNone)
+    return Status::Error("the second conv must be depthwise (group = C = K), without a residual");
+  return Status::Ok();
+}
+
+bool CpuPointwiseDepthwise::bands_can_run(const ConvProblem& pw, const ConvProblem& dw) const {
+  const ConvAttributes& d = dw.attr;
+  // every band then reads at least one row of the map
+  return pointwise_.supports(pw) && depthwise_.supports(dw) && d.dil_h == 1 && d.pad_top < dw.R &&
+         d.pad_bottom < dw.R;
+}
+
+Status CpuPointwiseDepthwise::run_separate(const ConvProblem& pw, const ConvProblem& dw, const void* x,
+                                           const void* w1, bool w1_constant, const void* b1, const void* w2,
+                                           bool w2_constant, const void* b2, void* y, const ParallelFor& parallel_for,
+                                           const ScratchAllocator& scratch) {
+  float* mid = scratch(pw.N * pw.H * pw.W * pw.K);
+  if (mid == nullptr) return Status::Error("no memory for the 1x1 conv's output");
+  EPIFUSE_RETURN_IF_ERROR(pointwise_conv_.run(pw, x, w1, w1_constant, b1, nullptr, mid, parallel_for));
+  return depthwise_conv_.run(dw, mid, w2, w2_constant, b2, nullptr, y, parallel_for);
+}
+
+Status CpuPointwiseDepthwise::run_bands(const ConvProblem& pw, const ConvProblem& dw, const void* x, const void* w1,
+                                        bool w1_constant, const void* b1, const void* w2, bool w2_constant,
+                                        const void* b2, void* y, const ParallelFor& parallel_for) {
+  const int64_t H = dw.H, W = dw.W, C = pw.C, K = dw.C, P = dw.P(), Q = dw.Q();
+  const int64_t s = dw.attr.stride_h, R = dw.R, pad_top = dw.attr.pad_top;
+  const int64_t band = band_rows(dw), row = W * K, window = ((band - 1) * s + R) * row;
+  // Pieces of consecutive output rows, several a thread to even out a ragged end. ORT's pool hands each
+  // thread a run of consecutive pieces (the same run in every loop, so the rows a thread computes stay its own
+  // from one layer to the next), and a piece that follows the thread's last one continues from its window.
+  const int64_t rows = dw.N * P, pieces = std::min(rows, hardware_threads() * kPiecesPerThread);
+  static std::atomic<uint64_t> calls{0};
+  const uint64_t call = ++calls;
+  const float* xs = static_cast<const float*>(x);
+  float* ys = static_cast<float*>(y);
+  std::mutex error_mutex;
+  Status error = Status::Ok();
+  parallel_for(pieces, [&](int64_t piece) {
+    Window& w = thread_window();
+    float* wnd = aligned(w.storage, window);
+    if (w.call != call || w.data != wnd) {  // nothing of this call in it
+      w.call = call;
+      w.data = wnd;
+      w.image = -1;
+    }
+    for (int64_t r = rows * piece / pieces, end = rows * (piece + 1) / pieces; r < end;) {
+      const int64_t n = r / P, p0 = r % P, out_rows = std::min({band, end - r, P - p0});
+      const int64_t first = p0 * s - pad_top, last = (p0 + out_rows - 1) * s - pad_top + R;  // rows read, padding too
+      const int64_t i0 = std::max<int64_t>(0, first), i1 = std::min(H, last);
+      int64_t kept = 0;  // rows the band before computed: moved to the window's top
+      if (w.image == n && w.row0 <= i0 && i0 < w.row1) {
+        kept = std::min(w.row1, i1) - i0;
+        if (i0 > w.row0) std::memmove(wnd, wnd + (i0 - w.row0) * row, static_cast<size_t>(kept * row) * sizeof(float));
+      }
+      Status s1 = Status::Ok(), s2 = Status::Ok();
+      if (i1 - i0 > kept) {
+        ConvProblem rows_pw = pw;
+        rows_pw.N = 1;
+        rows_pw.H = i1 - i0 - kept;
+        s1 = pointwise_.run(rows_pw, xs + ((n * H + i0 + kept) * W) * C, w1, w1_constant, b1, nullptr,
+                            wnd + kept * row, kSerial);
+      }
+      w.image = n, w.row0 = i0, w.row1 = i1;
+      ConvProblem band_dw = dw;
+      band_dw.N = 1;
+      band_dw.H = i1 - i0;
+      band_dw.attr.pad_top = i0 - first;
+      band_dw.attr.pad_bottom = last - i1;
+      if (s1.ok()) s2 = depthwise_.run(band_dw, wnd, w2, w2_constant, b2, nullptr, ys + (n * P + p0) * Q * K, kSerial);
+      if (!s1.ok() || !s2.ok()) {
+        w.image = -1;
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (error.ok()) error = s1.ok() ? s2 : s1;
+        return;
+      }
+      r += out_rows;
+    }
+  });
+  return error;
+}
+
+Status CpuPointwiseDepthwise::run(const ConvProblem& pw, const ConvProblem& dw, const void* x, const void* w1,
+                                  bool w1_constant, const void* b1, const void* w2, bool w2_constant, const void* b2,
+                                  void* y, const ParallelFor& parallel_for, const ScratchAllocator& scratch) {
+  EPIFUSE_RETURN_IF_ERROR(check_pair(pw, dw));
+  if (pw.N * pw.H * pw.W == 0 || dw.P() * dw.Q() == 0) return Status::Ok();
+  if (x == nullptr || w1 == nullptr || b1 == nullptr || w2 == nullptr || b2 == nullptr || y == nullptr)
+    return Status::Error("a tensor of the pointwise-depthwise pair is missing");
+  if (!separate_ && bands_can_run(pw, dw)) return run_bands(pw, dw, x, w1, w1_constant, b1, w2, w2_constant, b2, y, parallel_for);
+  return run_separate(pw, dw, x, w1, w1_constant, b1, w2, w2_constant, b2, y, parallel_for, scratch);
+}
+
+}  // namespace epifuse

@@ -1,0 +1,57 @@
+// The CPU kernel of epifuse::FusedPointwiseDepthwise: a 1x1 conv and the depthwise conv that reads its output
+// (an inverted-residual block's expand and depthwise convs), one node, run one of two ways:
+//  - in bands: each thread takes runs of output rows and computes them a band at a time, the 1x1 conv's rows
+//    that band reads (pointwise_fused_conv.h) into a window of its own, then the depthwise conv of the window
+//    (depthwise_fused_conv.h). The expanded tensor (MobileNetV2's 16 -> 96 at 112x112: 4.8 MB) is never
+//    written whole: each window stays in its core's L2 while the depthwise conv reads it, and no thread waits
+//    on another between the two convs. In whole models on Zen 5 (bench/cpu_pairs.py): MobileNetV2 1.06x
+//    and MobileNetV3-Large 1.03x the same models with each pair as two FusedConvs on two threads, 0.99x and
+//    1.02x on one. Hot in a loop, alone, a pair often reads slower than the two nodes
+//    (bench/cpu_layout.py --only pointwise-depthwise): there the expanded tensor stays in cache between runs.
+//  - separate, where the bands cannot run (no AVX2, more than PointwiseConv::kMaxChannels input channels, a
+//    dilated or widely padded depthwise filter): the 1x1 conv over the whole map into a buffer, then the
+//    depthwise conv over that buffer, each a CpuFusedConv, as the two FusedConv nodes would run.
+// EPIFUSE_POINTWISE_DEPTHWISE=separate in the environment forces the second way (for comparisons and tests).
+#pragma once
+#include <functional>
+
+#include "cpu_fused_conv.h"
+#include "depthwise_fused_conv.h"
+#include "pointwise_fused_conv.h"
+
+namespace epifuse {
+
+// Memory for one call: `floats` 64-byte aligned floats, valid until the call returns (ORT's arena in the
+// adapter, whose blocks the nodes before just freed are still in cache).
+using ScratchAllocator = std::function<float*(int64_t floats)>;
+
+class CpuPointwiseDepthwise {
+ public:
+  CpuPointwiseDepthwise();
+
+  // y = depthwise(pointwise(x)): `pointwise` a 1x1 conv, stride 1, unpadded, one group, no residual;
+  // `depthwise` a conv of its output (N, H, W the same, C its K, group C = K), no residual; fp32.
+  // `*_constant`: those filters are the same data on every call (initializers).
+  Status run(const ConvProblem& pointwise, const ConvProblem& depthwise, const void* x, const void* w1,
+             bool w1_constant, const void* b1, const void* w2, bool w2_constant, const void* b2, void* y,
+             const ParallelFor& parallel_for, const ScratchAllocator& scratch);
+
+  // Whether the two problems are a pair this op runs (the shapes above), else why not.
+  static Status check_pair(const ConvProblem& pointwise, const ConvProblem& depthwise);
+
+ private:
+  bool bands_can_run(const ConvProblem& pointwise, const ConvProblem& depthwise) const;
+  Status run_separate(const ConvProblem& pw, const ConvProblem& dw, const void* x, const void* w1, bool w1_constant,
+                      const void* b1, const void* w2, bool w2_constant, const void* b2, void* y,
+                      const ParallelFor& parallel_for, const ScratchAllocator& scratch);
+  Status run_bands(const ConvProblem& pw, const ConvProblem& dw, const void* x, const void* w1, bool w1_constant,
+                   const void* b1, const void* w2, bool w2_constant, const void* b2, void* y,
+                   const ParallelFor& parallel_for);
+
+  bool separate_ = false;  // EPIFUSE_POINTWISE_DEPTHWISE=separate
+  CpuFusedConv pointwise_conv_, depthwise_conv_;  // the separate way
+  PointwiseConv pointwise_;                        // the bands
+  DepthwiseConv depthwise_;
+};
+
+}  // namespace epifuse
