@@ -109,7 +109,9 @@ Status CpuPointwiseDepthwise::run_bands(const ConvProblem& pw, const ConvProblem
       w.image = -1;
     }
     for (int64_t r = rows * piece / pieces, end = rows * (piece + 1) / pieces; r < end;) {
-      const int64_t n = r / P, p0 = r % P, out_rows = std::min({band, end - r, P - p0});
+      // the piece's rows left in bands of equal height, none taller than `band` (7 rows: 4 and 3, not 6 and 1)
+      const int64_t left = end - r, left_bands = (left + band - 1) / band;
+      const int64_t n = r / P, p0 = r % P, out_rows = std::min((left + left_bands - 1) / left_bands, P - p0);
       const int64_t first = p0 * s - pad_top, last = (p0 + out_rows - 1) * s - pad_top + R;  // rows read, padding too
       const int64_t i0 = std::max<int64_t>(0, first), i1 = std::min(H, last);
       int64_t kept = 0;  // rows the band before computed: moved to the window's top
