@@ -15,9 +15,13 @@ epifuse::ChannelSlice, beside ORT's Slice of the NCHW tensor's channels, timed t
 depthwise conv and the squeeze-excite pool of its output: epifuse::FusedConv and epifuse::ChannelMean
 against the one epifuse::FusedConvMean, timed the same way. (8) A squeeze-excite gate and the conv that
 reads the gated tensor: epifuse::ChannelScale and epifuse::FusedConv against the one epifuse::FusedConvScaled,
-timed the same way.
+timed the same way. (9) An inverted-residual block's expand 1x1 conv and the depthwise conv that reads it: two
+epifuse::FusedConvs against the one epifuse::FusedPointwiseDepthwise (computed in bands of rows), timed the
+same way: hot in a loop, where the expanded tensor stays in cache between runs (bench/cpu_pairs.py times
+whole models with and without the pairs).
 
-    python bench/cpu_layout.py [--runs 200] [--only layout|scale|mean|norm|concat|slice|conv-mean|conv-scale]
+    python bench/cpu_layout.py [--runs 200]
+                               [--only layout|scale|mean|norm|concat|slice|conv-mean|conv-scale|pointwise-depthwise]
 
 Times are wall times of session.run, each side's median over interleaved runs; every side pays the
 same session overhead (a few microseconds) and output allocation.
@@ -44,6 +48,7 @@ from optimizer.passes.conv_mean import OP_TYPE as CONV_MEAN_OP
 from optimizer.passes.conv_scale import OP_TYPE as CONV_SCALE_OP
 from optimizer.passes.input_layout import OP_TYPE
 from optimizer.passes.layer_norm import OP_TYPE as NORM_OP
+from optimizer.passes.pointwise_depthwise import OP_TYPE as PAIR_OP
 from optimizer.runtime import session_options
 
 # (what it is, N, C, H, W)
@@ -342,17 +347,62 @@ def conv_scale_table(runs: int) -> list[str]:
     return lines
 
 
+# (what it is, H, C, K, depthwise filter, stride, activation of both): expand 1x1 conv C -> K, then the
+# depthwise conv over K channels, at 224x224
+PAIRS = [
+    ("MobileNetV2 block 2", 112, 16, 96, 3, 2, "relu6"),
+    ("MobileNetV2 block 3", 56, 24, 144, 3, 1, "relu6"),
+    ("MobileNetV2 block 4", 56, 24, 144, 3, 2, "relu6"),
+    ("MobileNetV2 block 5", 28, 32, 192, 3, 1, "relu6"),
+    ("MobileNetV2 block 8", 14, 64, 384, 3, 1, "relu6"),
+    ("MobileNetV3-Large block 2", 112, 16, 64, 3, 2, "relu"),
+    ("MobileNetV3-Large block 3", 56, 24, 72, 3, 1, "relu"),
+    ("MobileNetV3-Large block 8", 14, 80, 200, 3, 1, "hardswish"),
+]
+
+
+def pointwise_depthwise_table(runs: int) -> list[str]:
+    lines = ["| expand 1x1 + depthwise conv | 1 x H x W x C -> K, filter / stride | threads | FusedConv + FusedConv µs | "
+             "FusedPointwiseDepthwise µs | speed-up |", "|---|---|---:|---:|---:|---:|"]
+    for name, h, c, k, r, stride, activation in PAIRS:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((1, h, h, c)).astype(np.float32)
+        act = dict(activation="clip", activation_params=[0.0, 6.0]) if activation == "relu6" else dict(activation=activation)
+        w = helper.make_tensor("w", TensorProto.FLOAT, [k, 1, 1, c],
+                               (rng.standard_normal((k, c)) / np.sqrt(c)).astype(np.float32))
+        b = helper.make_tensor("b", TensorProto.FLOAT, [k], rng.standard_normal(k).astype(np.float32))
+        dw = helper.make_tensor("dw", TensorProto.FLOAT, [k, r, r, 1],
+                                (rng.standard_normal((k, r, r)) / r).astype(np.float32))
+        db = helper.make_tensor("db", TensorProto.FLOAT, [k], rng.standard_normal(k).astype(np.float32))
+        depthwise = dict(group=k, strides=[stride] * 2, pads=[r // 2] * 4, **act)
+        pointwise = {f"pointwise_{key}": value for key, value in act.items()}
+        sides = {"two": [helper.make_node("FusedConv", ["x", "w", "b"], ["e"], domain="epifuse", **act),
+                         helper.make_node("FusedConv", ["e", "dw", "db"], ["y"], domain="epifuse", **depthwise)],
+                 "epifuse": [helper.make_node(PAIR_OP, ["x", "w", "b", "dw", "db"], ["y"], domain="epifuse",
+                                              **depthwise, **pointwise)]}
+        feeds = {side: {"x": x} for side in sides}
+        serialized = {side: _micro_model(nodes, feeds[side], [w, b, dw, db]) for side, nodes in sides.items()}
+        y, y2 = (_outputs(serialized[side], feeds[side])[0] for side in ("two", "epifuse"))
+        assert np.linalg.norm(y2 - y) <= 1e-6 * np.linalg.norm(y)  # the same sums, maybe by other kernels
+        for threads in (None, 1):
+            us = _timed_in_blocks(serialized, feeds, runs, threads)
+            lines.append(f"| {name} | 1x{h}x{h}x{c} -> {k}, {r}x{r} / {stride} | {threads or 'default'} | "
+                         f"{us['two']:.0f} | {us['epifuse']:.0f} | {us['two'] / us['epifuse']:.2f}x |")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--only", choices=["layout", "scale", "mean", "norm", "concat", "slice", "conv-mean",
-                                       "conv-scale"],
+                                       "conv-scale", "pointwise-depthwise"],
                     help="one table instead of all")
     args = ap.parse_args()
     print(f"\n{_cpu_name()}, {os.cpu_count()} threads, onnxruntime {ort.__version__}, epifuse {__version__}, "
           f"Python {platform.python_version()}\n")
     tables = {"scale": scale_table, "mean": mean_table, "norm": norm_table, "concat": concat_table,
-              "slice": slice_table, "conv-mean": conv_mean_table, "conv-scale": conv_scale_table}
+              "slice": slice_table, "conv-mean": conv_mean_table, "conv-scale": conv_scale_table,
+              "pointwise-depthwise": pointwise_depthwise_table}
     if args.only in tables:
         print("\n".join(tables[args.only](args.runs)))
         return 0

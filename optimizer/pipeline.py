@@ -530,7 +530,7 @@ def _pairs_check(check, original: onnx.ModelProto | str, kept: onnx.ModelProto |
                  precision: str, policy: FusionPolicy, report: Report, kernel_query=None) -> onnx.ModelProto | str:
     """`kept` where it has no epifuse::FusedPointwiseDepthwise, or runs at least as fast as with each pair as
     its two FusedConvs at every batch size and thread count the check runs (MobileNetV2 on Zen 5: 1.06x on
-    two threads, 0.99x on one; bench/cpu_pairs.py); else the model optimized again without pairs, nothing
+    two threads, 0.98-0.99x on one; bench/cpu_pairs.py); else the model optimized again without pairs, nothing
     else changed. A model with pairs is the one every fusion was decided for (the check's variants have
     none), so that is what the variant without them is made from."""
     model = load_model(kept) if isinstance(kept, str) else kept

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from conv_reference import fused_conv, output_size, rel_l2
+from conv_reference import fused_conv, rel_l2
 from models import zoo
 from optimizer import contract
 from optimizer.contract import ACTIVATIONS

@@ -8,8 +8,8 @@ Why: the 1x1 conv writes its whole output (MobileNetV2's 16 -> 96 at 112x112: 4.
 L2) and the depthwise conv reads it back, the two nodes each splitting the map between the threads. The
 library's kernel (plugins/core/cpu_pointwise_depthwise.h) computes the pair in bands of rows instead, each
 thread's 1x1 rows in a window that stays in its L2 while the depthwise conv reads them. In whole models on
-two Zen 5 threads (`python bench/cpu_pairs.py`): MobileNetV2 1.06x, MobileNetV3-Large 1.03x the same models
-with the pairs as two FusedConvs; on one thread 0.99x and 1.02x. So the pairs are made only where the
+two Zen 5 threads (`python bench/cpu_pairs.py`): MobileNetV2 1.06x, MobileNetV3-Large 1.01-1.03x the same
+models with the pairs as two FusedConvs; on one thread 0.98-0.99x and 1.02x. So the pairs are made only where the
 whole-model check will judge them, and it keeps them only where the model is not slower with them
 (optimizer/pipeline.py, `_pairs_check`). 128 input channels is the reach of the 1x1 kernel the bands use
 (plugins/core/pointwise_fused_conv.h): past it the pair would always run as the two convs, and is left as
@@ -24,7 +24,7 @@ from __future__ import annotations
 import onnx_graphsurgeon as gs
 
 from .. import contract
-from ..graph import attr_text, make_variable, set_outputs, shape_of
+from ..graph import attr_text, make_variable, shape_of
 from ..report import Report
 
 OP_TYPE = "FusedPointwiseDepthwise"

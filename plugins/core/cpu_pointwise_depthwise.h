@@ -4,10 +4,10 @@
 //    that band reads (pointwise_fused_conv.h) into a window of its own, then the depthwise conv of the window
 //    (depthwise_fused_conv.h). The expanded tensor (MobileNetV2's 16 -> 96 at 112x112: 4.8 MB) is never
 //    written whole: each window stays in its core's L2 while the depthwise conv reads it, and no thread waits
-//    on another between the two convs. In whole models on Zen 5 (bench/cpu_pairs.py): MobileNetV2 1.06x
-//    and MobileNetV3-Large 1.03x the same models with each pair as two FusedConvs on two threads, 0.99x and
-//    1.02x on one. Hot in a loop, alone, a pair often reads slower than the two nodes
-//    (bench/cpu_layout.py --only pointwise-depthwise): there the expanded tensor stays in cache between runs.
+//    on another between the two convs. In whole models on Zen 5 (bench/cpu_pairs.py): MobileNetV2 1.06x and
+//    MobileNetV3-Large 1.01-1.03x the same models with each pair as two FusedConvs on two threads, 0.98-0.99x
+//    and 1.02x on one. Hot in a loop, alone, a pair often reads slower than the two nodes (0.88-1.03x,
+//    bench/cpu_layout.py --only pointwise-depthwise): there the expanded tensor stays in cache between runs.
 //  - separate, where the bands cannot run (no AVX2, more than PointwiseConv::kMaxChannels input channels, a
 //    dilated or widely padded depthwise filter): the 1x1 conv over the whole map into a buffer, then the
 //    depthwise conv over that buffer, each a CpuFusedConv, as the two FusedConv nodes would run.
