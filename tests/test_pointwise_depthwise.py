@@ -112,6 +112,7 @@ GEOMETRY = {
     "7x7_filter": (1, 14, 14, 32, 64, 7, (1, 1), None),
     "tiny_map": (1, 1, 2, 5, 17, 3, (1, 1), None),
     "more_channels_than_the_1x1_kernel_takes": (1, 10, 10, 160, 96, 3, (1, 1), None),  # separate, forced or not
+    "many_output_panels": (1, 6, 5, 24, 1100, 3, (2, 2), None),  # AVX2's 2-vector panels: 69 of them
 }
 
 
@@ -295,3 +296,13 @@ def test_the_check_keeps_pairs_only_where_not_slower(monkeypatch, speedups, kept
         assert _ops(result).count(contract.OP_TYPE) == 3
         assert any("kept as two FusedConvs each" in n for n in report.notes), report.notes
         assert verify(model, result, precision="fp32")["passed"]
+
+
+@pytest.mark.parametrize("name", ["mobilenet_stride_2_batch_2", "one_row_a_band_stride_1", "many_output_panels",
+                                  "top_left_padding_only"])
+def test_geometry_on_avx2(monkeypatch, name):
+    """The bands' kernels in AVX2 (EPIFUSE_CPU_ISA caps the ISA at session creation): 8-lane vectors, 6x2 tiles."""
+    monkeypatch.setenv("EPIFUSE_CPU_ISA", "avx2")
+    n, h, w, c, k, r, strides, pads = GEOMETRY[name]
+    _check(monkeypatch, "bands", n, h, w, c, k, r, threads=2, strides=strides, pads=pads, activation="relu",
+           pointwise="hardswish")

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "activation.h"
 #include "gemv_fused_conv.h"
@@ -89,14 +90,11 @@ Status PointwiseConv::run(const ConvProblem& p, const void* x, const void* w, bo
   const int64_t Kp = round_up(p.K, lanes), k_vectors = Kp / lanes;
   const simd::GemmShape shape = avx512 ? simd::Avx512::gemm_shape(k_vectors) : simd::Avx2::gemm_shape(k_vectors);
   const Geometry g{p.C, p.K, Kp, shape, p.attr.residual, p.attr.activation};
-  Panel panels[64];
-  int64_t n_panels = 0;
-  for (int64_t v = 0; v < k_vectors; v += shape.vectors, ++n_panels) {
+  std::vector<Panel> panels;
+  for (int64_t v = 0; v < k_vectors; v += shape.vectors) {
     const simd::GemmShape s{shape.rows, static_cast<int>(std::min<int64_t>(shape.vectors, k_vectors - v))};
-    if (n_panels == static_cast<int64_t>(std::size(panels)))
-      return Status::Error("the pointwise kernel has no room for " + std::to_string(p.K) + " output channels");
-    panels[n_panels] = {v * lanes, avx512 ? avx512::tile_for(s) : avx2::tile_for(s)};
-    if (panels[n_panels].tile == nullptr) return Status::Error("the pointwise kernel has no tile for this shape");
+    panels.push_back({v * lanes, avx512 ? avx512::tile_for(s) : avx2::tile_for(s)});
+    if (panels.back().tile == nullptr) return Status::Error("the pointwise kernel has no tile for this shape");
   }
   const auto filters = filters_.get(w, w_constant, g.C * Kp, [&](float* f) {
     arrange_panels(static_cast<const float*>(w), g.C, g.K, Kp, shape.vectors * lanes, f);
@@ -117,9 +115,8 @@ Status PointwiseConv::run(const ConvProblem& p, const void* x, const void* w, bo
         std::memcpy(padded, xb, sizeof(float) * valid * g.C);
         xb = padded;
       }
-      for (int64_t j = 0; j < n_panels; ++j)
-        panels[j].tile(g, xb, f + g.C * panels[j].k0, bias, zs ? zs + i0 * g.K : nullptr, ys + i0 * g.K,
-                       panels[j].k0, valid);
+      for (const Panel& panel : panels)
+        panel.tile(g, xb, f + g.C * panel.k0, bias, zs ? zs + i0 * g.K : nullptr, ys + i0 * g.K, panel.k0, valid);
     }
   };
   if (pixels * g.C * g.K < kMinMacsToSplit) {
