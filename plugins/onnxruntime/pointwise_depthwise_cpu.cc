@@ -25,16 +25,19 @@ bool constant_input(const Ort::ConstKernelInfo& info, size_t i) {
   return constant != 0;
 }
 
-// A block of the allocator ORT lends a kernel, for one call: each use in the call (a first run times the two
-// ways, each several times) gets the same block, grown where it is too small (a fresh block's pages fault in
-// at their first touch), given back with the allocator at the call's end.
+// A block of ORT's CPU arena for one call, where the pair runs as two convs (the bands need none): the
+// allocator is asked for at the first use, a later use gets the same block (grown where too small), and
+// both go back at the call's end.
 struct ArenaBlock {
-  OrtAllocator* allocator;
+  const Ort::KernelContext& ctx;
+  OrtAllocator* allocator = nullptr;
   void* block = nullptr;
   size_t bytes = 0;
 
   float* allocate(int64_t floats) {
     const size_t wanted = static_cast<size_t>(floats) * sizeof(float);
+    if (allocator == nullptr)
+      allocator = ctx.GetAllocator(*Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault));
     if (wanted > bytes) {
       if (block != nullptr) allocator->Free(allocator, block);
       block = allocator->Alloc(allocator, wanted);
@@ -43,6 +46,7 @@ struct ArenaBlock {
     return static_cast<float*>(block);
   }
   ~ArenaBlock() {
+    if (allocator == nullptr) return;
     if (block != nullptr) allocator->Free(allocator, block);
     Ort::GetApi().ReleaseAllocator(allocator);
   }
@@ -90,9 +94,7 @@ struct PointwiseDepthwiseCpuKernel : NamedNode {
       if (s.ok()) {
         float* y = Y.Allocate({dw.N, dw.P(), dw.Q(), dw.K});
         const Ort::KernelContext ctx(context);
-        // the 1x1 conv's whole output, where the pair runs as two convs, from ORT's arena
-        const Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
-        ArenaBlock arena{ctx.GetAllocator(*cpu)};
+        ArenaBlock arena{ctx};  // the 1x1 conv's whole output, where the pair runs as two convs
         auto scratch = [&](int64_t floats) { return arena.allocate(floats); };
         s = cpu_.run(pw, dw, X.Data(), W.Data(), w_constant_, B.Data(), DW.Data(), dw_constant_, DB.Data(), y,
                      ort_threads(ctx), scratch);
