@@ -22,15 +22,7 @@ template <class T>
 struct FusedConvCpuKernel {
   FusedConvCpuKernel(const OrtApi*, const OrtKernelInfo* info, const char* op_type = "FusedConv",
                      std::initializer_list<const char*> inputs = {"X", "W", "B"})
-      : node_(info, op_type, inputs) {
-    int constant = 0;
-    try {
-      Ort::ConstKernelInfo(info).GetTensorConstantInput(1, &constant);
-    } catch (const Ort::Exception&) {
-      constant = 0;  // unknown: the filters are reordered on every call
-    }
-    w_constant_ = constant != 0;
-  }
+      : node_(info, op_type, inputs), w_constant_(constant_input(Ort::ConstKernelInfo(info), 1)) {}
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B,
                       std::optional<const Tensor<T>*> Z, Tensor<T>& Y) {

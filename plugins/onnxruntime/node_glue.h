@@ -87,6 +87,18 @@ inline Status require_inputs(const Ort::ConstKernelInfo& info, std::initializer_
   return Status::Ok();
 }
 
+// Whether input i is a constant initializer (the same data on every run), so a kernel may keep a prepared
+// copy of it; false where ORT cannot say.
+inline bool constant_input(const Ort::ConstKernelInfo& info, size_t i) {
+  int constant = 0;
+  try {
+    info.GetTensorConstantInput(i, &constant);
+  } catch (const Ort::Exception&) {
+    constant = 0;
+  }
+  return constant != 0;
+}
+
 // Whether optional input i is there: present and not named "" (ORT gives such an input no tensor).
 inline bool has_input(const Ort::ConstKernelInfo& info, size_t i) {
   return info.GetInputCount() > i && !info.GetInputName(i).empty();

@@ -15,16 +15,6 @@ namespace {
 
 constexpr const char* kFusedPointwiseDepthwise = "FusedPointwiseDepthwise";
 
-bool constant_input(const Ort::ConstKernelInfo& info, size_t i) {
-  int constant = 0;
-  try {
-    info.GetTensorConstantInput(i, &constant);
-  } catch (const Ort::Exception&) {
-    constant = 0;  // unknown: the filters are prepared on every call
-  }
-  return constant != 0;
-}
-
 // A block of ORT's CPU arena for one call, where the pair runs as two convs (the bands need none): the
 // allocator is asked for at the first use, a later use gets the same block (grown where too small), and
 // both go back at the call's end.
