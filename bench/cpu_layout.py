@@ -283,6 +283,17 @@ CONV_MEANS = [
 ]
 
 
+def _two_nodes_against_one(name: str, shape: str, serialized: dict, feeds: dict, runs: int) -> list[str]:
+    """The table rows of two nodes ("two") against the one op that merges them ("epifuse"), on the default
+    threads and on one."""
+    rows = []
+    for threads in (None, 1):
+        us = _timed_in_blocks(serialized, feeds, runs, threads)
+        rows.append(f"| {name} | {shape} | {threads or 'default'} | {us['two']:.0f} | {us['epifuse']:.0f} | "
+                    f"{us['two'] / us['epifuse']:.2f}x |")
+    return rows
+
+
 def conv_mean_table(runs: int) -> list[str]:
     lines = ["| depthwise conv + squeeze-excite pool | 1 x H x W x C, filter / stride | threads | "
              "FusedConv + ChannelMean µs | FusedConvMean µs | speed-up |", "|---|---|---:|---:|---:|---:|"]
@@ -301,10 +312,7 @@ def conv_mean_table(runs: int) -> list[str]:
         (y, m), (y2, m2) = (_outputs(serialized[side], feeds[side]) for side in ("two", "epifuse"))
         assert np.array_equal(y, y2)
         np.testing.assert_allclose(m2, m, rtol=1e-5, atol=1e-6)
-        for threads in (None, 1):
-            us = _timed_in_blocks(serialized, feeds, runs, threads)
-            lines.append(f"| {name} | 1x{h}x{h}x{c}, {r}x{r} / {stride} | {threads or 'default'} | {us['two']:.0f} | "
-                         f"{us['epifuse']:.0f} | {us['two'] / us['epifuse']:.2f}x |")
+        lines += _two_nodes_against_one(name, f"1x{h}x{h}x{c}, {r}x{r} / {stride}", serialized, feeds, runs)
     return lines
 
 
@@ -340,10 +348,7 @@ def conv_scale_table(runs: int) -> list[str]:
         serialized = {side: _micro_model(nodes, feeds[side], [w, b]) for side, nodes in sides.items()}
         y, y2 = (_outputs(serialized[side], feeds[side])[0] for side in ("two", "epifuse"))
         assert np.linalg.norm(y2 - y) <= 1e-6 * np.linalg.norm(y)  # the same sums, rounded in another order
-        for threads in (None, 1):
-            us = _timed_in_blocks(serialized, feeds, runs, threads)
-            lines.append(f"| {name} | 1x{h}x{h}x{c} -> {k} | {threads or 'default'} | {us['two']:.0f} | "
-                         f"{us['epifuse']:.0f} | {us['two'] / us['epifuse']:.2f}x |")
+        lines += _two_nodes_against_one(name, f"1x{h}x{h}x{c} -> {k}", serialized, feeds, runs)
     return lines
 
 
@@ -384,10 +389,7 @@ def pointwise_depthwise_table(runs: int) -> list[str]:
         serialized = {side: _micro_model(nodes, feeds[side], [w, b, dw, db]) for side, nodes in sides.items()}
         y, y2 = (_outputs(serialized[side], feeds[side])[0] for side in ("two", "epifuse"))
         assert np.linalg.norm(y2 - y) <= 1e-6 * np.linalg.norm(y)  # the same sums, maybe by other kernels
-        for threads in (None, 1):
-            us = _timed_in_blocks(serialized, feeds, runs, threads)
-            lines.append(f"| {name} | 1x{h}x{h}x{c} -> {k}, {r}x{r} / {stride} | {threads or 'default'} | "
-                         f"{us['two']:.0f} | {us['epifuse']:.0f} | {us['two'] / us['epifuse']:.2f}x |")
+        lines += _two_nodes_against_one(name, f"1x{h}x{h}x{c} -> {k}, {r}x{r} / {stride}", serialized, feeds, runs)
     return lines
 
 
