@@ -310,7 +310,8 @@ def conv_mean_table(runs: int) -> list[str]:
         feeds = {side: {"x": x} for side in sides}
         serialized = {side: _micro_model(nodes, feeds[side], [w, b], ("y", "m")) for side, nodes in sides.items()}
         (y, m), (y2, m2) = (_outputs(serialized[side], feeds[side]) for side in ("two", "epifuse"))
-        assert np.array_equal(y, y2)
+        # the same sums, by another kernel where a rule gives the plain conv oneDNN's (Zen 5)
+        assert np.linalg.norm(y2 - y) <= 1e-6 * np.linalg.norm(y)
         np.testing.assert_allclose(m2, m, rtol=1e-5, atol=1e-6)
         lines += _two_nodes_against_one(name, f"1x{h}x{h}x{c}, {r}x{r} / {stride}", serialized, feeds, runs)
     return lines
