@@ -111,6 +111,8 @@ GEOMETRY = {
     "unpadded": (1, 12, 10, 8, 24, 3, (1, 1), (0, 0, 0, 0)),
     "7x7_filter": (1, 14, 14, 32, 64, 7, (1, 1), None),
     "tiny_map": (1, 1, 2, 5, 17, 3, (1, 1), None),
+    "bands_of_four_pixels": (1, 4, 4, 16, 32, 3, (1, 1), None),  # a row a piece: 1x1 rows of 4 pixels
+    "bands_of_three_pixels": (1, 5, 3, 8, 16, 3, (1, 1), None),
     "more_channels_than_the_1x1_kernel_takes": (1, 10, 10, 160, 96, 3, (1, 1), None),  # separate, forced or not
     "many_output_panels": (1, 6, 5, 24, 1100, 3, (2, 2), None),  # AVX2's 2-vector panels: 69 of them
 }

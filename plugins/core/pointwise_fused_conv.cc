@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "activation.h"
-#include "gemv_fused_conv.h"
 #include "simd_math.h"
 
 namespace epifuse {
@@ -77,7 +76,7 @@ bool PointwiseConv::supports(const ConvProblem& p) const {
   const ConvAttributes& a = p.attr;
   return p.dtype == DType::kFloat && isa_ != VectorIsa::kNone && p.R == 1 && p.S == 1 && a.group == 1 &&
          a.stride_h == 1 && a.stride_w == 1 && a.pad_top == 0 && a.pad_left == 0 && a.pad_bottom == 0 &&
-         a.pad_right == 0 && p.C > 0 && p.C <= kMaxChannels && p.K > 0 && p.N * p.H * p.W > GemvConv::kMaxPixels;
+         a.pad_right == 0 && p.C > 0 && p.C <= kMaxChannels && p.K > 0;
 }
 
 std::string PointwiseConv::name() const { return std::string("pointwise direct ") + isa_name(isa_); }

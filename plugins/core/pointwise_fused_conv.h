@@ -19,8 +19,8 @@ class PointwiseConv final : public DirectConv {
   // while the tiles of a band run over it; wider convs would need a blocking over C.
   static constexpr int64_t kMaxChannels = 128;
 
-  // 1x1, stride 1, no padding, one group, C <= kMaxChannels, more than a few pixels (GemvConv's);
-  // fp32 on a CPU with AVX-512F, or AVX2 and FMA.
+  // 1x1, stride 1, no padding, one group, C <= kMaxChannels, any number of pixels (a band of a 4-wide map
+  // has 4); fp32 on a CPU with AVX-512F, or AVX2 and FMA.
   bool supports(const ConvProblem& p) const override;
 
   // "pointwise direct avx512" or "... avx2".
