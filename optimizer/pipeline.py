@@ -31,7 +31,8 @@ from .passes.channel_copy import channel_copy
 from .passes.channel_scale import channel_scale
 from .passes.conv_mean import conv_mean, split_conv_means
 from .passes.conv_scale import conv_scale, split_conv_scales
-from .passes.pointwise_depthwise import OP_TYPE as PAIR_OP
+from .passes.pointwise_depthwise import OP_TYPE as EXPAND_FIRST_PAIR
+from .passes.pointwise_depthwise import PAIR_OP_TYPES
 from .passes.pointwise_depthwise import pointwise_depthwise, split_pointwise_depthwise
 from .passes.cleanup import cleanup
 from .passes.fc_as_conv import fc_as_conv
@@ -124,9 +125,11 @@ class FusionPolicy:
     model_check: object | None = None
     exclude: frozenset[str] = frozenset()  # candidates (report node names) never fused: the check's variants
     allow_tf32: bool = True
-    # expand 1x1 convs merged with the depthwise conv that reads them (ort-cpu, passes/pointwise_depthwise.py),
-    # where the whole-model check will judge them (_pairs_wanted); its variants leave them out
+    # 1x1 convs merged with the depthwise conv that reads them (`pointwise_depthwise`), depthwise convs with
+    # the 1x1 conv that reads them (`depthwise_pointwise`) (ort-cpu, passes/pointwise_depthwise.py), where
+    # the whole-model check will judge them (_pairs_wanted); its variants leave them out
     pointwise_depthwise: bool = True
+    depthwise_pointwise: bool = True
     # the runtime's layout reorders read per model (by the exported graph's hash): the whole-model check's
     # variants, made with replace(policy, ...), share this dict and so read them once
     runtime_reorders: dict = field(default_factory=dict, repr=False, compare=False)
@@ -316,6 +319,7 @@ def _reoptimized(original: onnx.ModelProto, target: str, precision: str, policy:
     (nothing new measured, no check of its own), the candidates `exclude` names left unfused, and (unless
     `changes` say otherwise) no pointwise-depthwise pairs: the check judges those on a model of its own."""
     changes.setdefault("pointwise_depthwise", False)
+    changes.setdefault("depthwise_pointwise", False)
     return optimize_model(original, target=target, precision=precision, kernel_query=kernel_query,
                           policy=replace(policy, exclude=frozenset(exclude), measure_budget_s=0.0,
                                          model_check=False, export_costs=None, **changes))
@@ -519,7 +523,7 @@ def _pairs_wanted(policy: FusionPolicy | None) -> bool:
     """Whether the pointwise-depthwise pairs are made: where every fusion is (`--fuse always`), or where the
     whole-model check will time them (measured here, no test timer), which keeps them only where not slower."""
     policy = policy or FusionPolicy()
-    if not policy.pointwise_depthwise:
+    if not (policy.pointwise_depthwise or policy.depthwise_pointwise):
         return False
     mode = policy.resolved_mode()
     return mode == "always" or (mode == "auto" and policy.costs_file is None and policy.timer is None
@@ -528,36 +532,55 @@ def _pairs_wanted(policy: FusionPolicy | None) -> bool:
 
 def _pairs_check(check, original: onnx.ModelProto | str, kept: onnx.ModelProto | str, target: str,
                  precision: str, policy: FusionPolicy, report: Report, kernel_query=None) -> onnx.ModelProto | str:
-    """`kept` where it has no epifuse::FusedPointwiseDepthwise, or runs at least as fast as with each pair as
-    its two FusedConvs at every batch size and thread count the check runs (MobileNetV2 on Zen 5: 1.06x on
-    two threads, 0.98-0.99x on one; bench/cpu_pairs.py); else the model optimized again without pairs, nothing
-    else changed. A model with pairs is the one every fusion was decided for (the check's variants have
-    none), so that is what the variant without them is made from."""
+    """`kept` where it has no pair of a 1x1 and a depthwise conv (epifuse::FusedPointwiseDepthwise,
+    FusedDepthwisePointwise), or runs at least as fast as with each pair as its two FusedConvs at every batch
+    size and thread count the check runs (MobileNetV2 on Zen 5: 1.06x on two threads, 0.98-0.99x on one;
+    bench/cpu_pairs.py); else, where it has both kinds, the model with only its expand-first pairs, judged the
+    same way (a depthwise-first pair changes the threads' share of the rows the next layers read); else the
+    model optimized again without pairs, nothing else changed. A model with pairs is the one every fusion was
+    decided for (the check's variants have none), so that is what the variants are made from."""
     model = load_model(kept) if isinstance(kept, str) else kept
-    pairs = sum(n.op_type == PAIR_OP and n.domain == DOMAIN for n in model.graph.node)
+    counts = {op: sum(n.op_type == op and n.domain == DOMAIN for n in model.graph.node) for op in PAIR_OP_TYPES}
     del model
-    if not pairs:
+    if not any(counts.values()):
         return kept
     original_model = load_model(original) if isinstance(original, str) else original
     variant, variant_report = _reoptimized(original_model, target, precision, policy, kernel_query,
                                            set(policy.exclude))
-    what = f"the {pairs} pointwise-depthwise pair{'s' if pairs > 1 else ''}"
+    candidates = [(kept, None, sum(counts.values()))]
+    if all(counts.values()):
+        candidates.append((*_reoptimized(original_model, target, precision, policy, kernel_query, set(policy.exclude),
+                                         pointwise_depthwise=True), counts[EXPAND_FIRST_PAIR]))
+    for model, model_report, pairs in candidates:
+        what = f"the {pairs} pair{'s' if pairs > 1 else ''} of a 1x1 and a depthwise conv"
+        if model_report is not None:
+            what += " with the 1x1 conv first"
+        if _pairs_not_slower(check, variant, model, what, target, policy, original_model, report):
+            if model_report is not None:
+                _describe_with(report, model_report)
+            return model
+    report.notes.append("kept as two FusedConvs each")
+    _describe_with(report, variant_report)
+    return variant
+
+
+def _pairs_not_slower(check, without: onnx.ModelProto, model: onnx.ModelProto | str, what: str, target: str,
+                      policy: FusionPolicy, original: onnx.ModelProto, report: Report) -> bool:
+    """Whether `model` runs at least as fast as `without` (its pairs as two FusedConvs each) at every batch size
+    and thread count the check runs; `report` notes each reading, and why not."""
     try:
-        for batch in _batches_to_check(original_model, policy.batches):
+        for batch in _batches_to_check(original, policy.batches):
             for threads in _threads_to_check(target, policy.threads):
-                r = check(variant, kept, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS,
+                r = check(without, model, backend=target, batch=batch, precision="fp32", rounds=MODEL_CHECK_ROUNDS,
                           threads=threads)
                 report.notes.append(_speedup_note(f"{what} against their two FusedConvs", r))
                 if r["slower"] or r["speedup"] < 1.0:
-                    report.notes.append(f"{what} ran {r['speedup']:.3f}x their FusedConvs' speed at {_run_name(r)}: "
-                                        "kept as two FusedConvs each")
-                    _describe_with(report, variant_report)
-                    return variant
+                    report.notes.append(f"{what} ran {r['speedup']:.3f}x their FusedConvs' speed at {_run_name(r)}")
+                    return False
     except Exception as e:  # noqa: BLE001 (ONNX Runtime refusing a session: the model without them, as decided)
-        report.notes.append(f"{what} not checked ({_first_line(e)}): kept as two FusedConvs each")
-        _describe_with(report, variant_report)
-        return variant
-    return kept
+        report.notes.append(f"{what} not checked ({_first_line(e)})")
+        return False
+    return True
 
 
 def _fusions_check(check, original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, target: str,
@@ -773,7 +796,9 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
             graph = conv_mean(graph, report, target, precision)
         if _pairs_wanted(policy):
             with _timed(report, "pointwise_depthwise", progress, free_memory):
-                graph = pointwise_depthwise(graph, report, target, precision)
+                graph = pointwise_depthwise(graph, report, target, precision,
+                                            expand_first=policy.pointwise_depthwise,
+                                            depthwise_first=policy.depthwise_pointwise)
     with _timed(report, "cleanup", progress, free_memory):
         out = cleanup(graph, report, template, defaults, input_structure)
     report.nodes_after = len(out.structure.graph.node)

@@ -15,7 +15,7 @@ from optimizer.passes.conv_scale import OP_TYPE as CONV_SCALE
 from optimizer.passes.layout import ELEMENTWISE, GLOBAL_POOLS, REDUCTIONS
 from optimizer.passes.load import validate
 from optimizer.passes.matmul_as_conv import REWRITE as MATMUL_AS_CONV
-from optimizer.passes.pointwise_depthwise import OP_TYPE as PAIR
+from optimizer.passes.pointwise_depthwise import PAIR_OP_TYPES
 from optimizer.pipeline import optimize_model
 from optimizer.verify import verify
 
@@ -32,8 +32,9 @@ ACTIVATION_OPS = {"Relu", "LeakyRelu", "Elu", "Softplus", "Sigmoid", "Tanh", "Ha
 # output; through these ≤ 20-layer nets the relative L2 error stays an order below these bounds.
 TOL = {"fp32": 1e-5, "fp16": 1e-2, "bf16": 5e-2}
 # on ort-cpu a conv with its channel mean is FusedConvMean, one of a gated input FusedConvScaled, an expand 1x1
-# conv and the depthwise conv that reads it FusedPointwiseDepthwise (two convs)
-FUSED = {contract.OP_TYPE, CONV_MEAN, CONV_SCALE, PAIR}
+# conv and the depthwise conv that reads it FusedPointwiseDepthwise, a depthwise conv and the 1x1 conv that reads it
+# FusedDepthwisePointwise (two convs each)
+FUSED = {contract.OP_TYPE, CONV_MEAN, CONV_SCALE, *PAIR_OP_TYPES}
 AGNOSTIC = ELEMENTWISE | REDUCTIONS | set(GLOBAL_POOLS) | {"Concat", "Split", "Slice", "Pad", "Resize", "Transpose"}
 
 
@@ -94,7 +95,7 @@ def test_zoo_model_fp32(name):
     assert "Conv" not in ops
     assert report.canonicalized[MATMUL_AS_CONV] == MATMULS_AS_CONVS.get(name, 0)
     convs = [n.op_type for n in original.graph.node].count("Conv")
-    assert sum(ops.count(op) for op in FUSED) + ops.count(PAIR) == convs + MATMULS_AS_CONVS.get(name, 0)
+    assert sum(ops.count(op) for op in FUSED) + sum(map(ops.count, PAIR_OP_TYPES)) == convs + MATMULS_AS_CONVS.get(name, 0)
     left = {op: ops.count(op) for op in ACTIVATION_OPS if ops.count(op)}
     assert left == UNFUSED_ACTIVATIONS[name]
     assert _transposes_inside_regions(optimized) == []

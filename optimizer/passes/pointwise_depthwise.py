@@ -15,7 +15,16 @@ whole-model check will judge them, and it keeps them only where the model is not
 (plugins/core/pointwise_fused_conv.h): past it the pair would always run as the two convs, and is left as
 two nodes. fp32: the bands have no bf16 kernel.
 
-The merge is the last pass, after conv_mean (a depthwise conv whose output a squeeze-excite pool reads is a
+The other order, a depthwise FusedConv (no residual) whose output only a 1x1 FusedConv of the same reach
+reads (MobileNetV1's separable convs; the first block of MobileNetV2, V3 and MNASNet; ShuffleNetV2's and
+PP-LCNet's blocks), becomes `epifuse::FusedDepthwisePointwise`: inputs X, DW, DB of the depthwise conv, W, B
+of the 1x1 conv and its residual Z where it has one; the depthwise conv's attributes, and the 1x1 conv's
+activation and residual as `pointwise_activation` (`pointwise_activation_params`) and `pointwise_residual`.
+The same bands, the other way round: each band's depthwise rows into the window, the 1x1 conv of the window.
+Expand-first pairs are made first, so an inverted-residual block without a squeeze-excite pool keeps its
+expand and depthwise conv together, and its project conv alone.
+
+The merges are the last pass, after conv_mean (a depthwise conv whose output a squeeze-excite pool reads is a
 FusedConvMean by then, and stays one); `split_pointwise_depthwise`, the first, writes a model optimized
 before back as the two FusedConvs every other pass knows.
 """
@@ -28,14 +37,18 @@ from ..graph import attr_text, make_variable, shape_of
 from ..report import Report
 
 OP_TYPE = "FusedPointwiseDepthwise"
+DEPTHWISE_FIRST_OP_TYPE = "FusedDepthwisePointwise"
+PAIR_OP_TYPES = (OP_TYPE, DEPTHWISE_FIRST_OP_TYPE)
 MAX_POINTWISE_CHANNELS = 128  # PointwiseConv::kMaxChannels (plugins/core/pointwise_fused_conv.h)
 # FusedConv attributes of the node as a whole, which both convs carry
 _SHARED = ("allow_tf32", "plugin_namespace", "plugin_version")
 
 
-def _fused_conv(node: gs.Node | None) -> bool:
+def _fused_conv(node: gs.Node | None, residual: bool = False) -> bool:
+    """A FusedConv without a residual (or, where `residual`, with or without one)."""
     return (node is not None and node.op == contract.OP_TYPE and node.domain == contract.DOMAIN
-            and len(node.outputs) == 1 and len(node.inputs) == 3 and attr_text(node, "residual", "none") == "none")
+            and len(node.outputs) == 1 and len(node.inputs) in ((3, 4) if residual else (3,))
+            and (residual or attr_text(node, "residual", "none") == "none"))
 
 
 def _pointwise(conv: gs.Node) -> bool:
@@ -54,12 +67,14 @@ def _depthwise(conv: gs.Node, channels) -> bool:
             and int(conv.attrs.get("group", 1)) == channels)
 
 
-def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision: str) -> gs.Graph:
+def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision: str, *, expand_first: bool = True,
+                        depthwise_first: bool = True) -> gs.Graph:
+    """The pairs of either kind, where `expand_first` or `depthwise_first` allows it."""
     if target != "ort-cpu" or precision != "fp32":
         return graph
     outputs = {id(t) for t in graph.outputs}
     merged = False
-    for dw in [n for n in graph.nodes if _fused_conv(n)]:
+    for dw in [n for n in graph.nodes if _fused_conv(n)] if expand_first else []:
         mid = dw.inputs[0]
         pw = mid.inputs[0] if len(mid.inputs) == 1 else None
         if (not _fused_conv(pw) or len(mid.outputs) != 1 or id(mid) in outputs or not _pointwise(pw)
@@ -76,33 +91,65 @@ def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision:
         graph.nodes.append(gs.Node(OP_TYPE, dw.name, attrs, inputs, [y], domain=contract.DOMAIN))
         report.canonicalized[f"1x1 FusedConv + depthwise FusedConv → epifuse::{OP_TYPE} ({target})"] += 1
         merged = True
+    for dw in [n for n in graph.nodes if _fused_conv(n)] if depthwise_first else []:
+        if not dw.outputs:  # merged above, or the 1x1 conv of a pair made in this loop
+            continue
+        mid = dw.outputs[0]
+        pw = mid.outputs[0] if len(mid.outputs) == 1 else None
+        w = shape_of(dw.inputs[1])
+        if (not _fused_conv(pw, residual=True) or pw.inputs[0] is not mid or id(mid) in outputs
+                or not _pointwise(pw) or not w or not _depthwise(dw, w[0])):
+            continue
+        attrs = {k: v for k, v in dw.attrs.items() if k != "residual"}
+        attrs["pointwise_activation"] = attr_text(pw, "activation", "identity")
+        if pw.attrs.get("activation_params") is not None:
+            attrs["pointwise_activation_params"] = pw.attrs["activation_params"]
+        if attr_text(pw, "residual", "none") != "none":
+            attrs["pointwise_residual"] = attr_text(pw, "residual", "none")
+        y = pw.outputs[0]
+        inputs = [dw.inputs[0], dw.inputs[1], dw.inputs[2], *pw.inputs[1:]]
+        dw.outputs.clear()
+        pw.outputs.clear()
+        graph.nodes.append(gs.Node(DEPTHWISE_FIRST_OP_TYPE, pw.name, attrs, inputs, [y], domain=contract.DOMAIN))
+        report.canonicalized[f"depthwise FusedConv + 1x1 FusedConv → epifuse::{DEPTHWISE_FIRST_OP_TYPE} ({target})"] += 1
+        merged = True
     if not merged:
         return graph
     graph.toposort()
     return graph.cleanup(remove_unused_graph_inputs=False)
 
 
-def split_pointwise_depthwise(graph: gs.Graph, report: Report) -> gs.Graph:
-    """Each FusedPointwiseDepthwise of a model optimized before as its two FusedConvs."""
-    merged = [n for n in graph.nodes if n.op == OP_TYPE and n.domain == contract.DOMAIN]
+def split_pointwise_depthwise(graph: gs.Graph, report: Report, op_types=PAIR_OP_TYPES) -> gs.Graph:
+    """Each FusedPointwiseDepthwise and FusedDepthwisePointwise (of `op_types`) of a model optimized before as
+    its two FusedConvs."""
+    merged = [n for n in graph.nodes if n.op in op_types and n.domain == contract.DOMAIN]
     for node in merged:
-        x, w, b, dw_w, dw_b = node.inputs
         y = node.outputs[0]
         pw_attrs = {k: v for k, v in node.attrs.items() if k in _SHARED}
-        pw_attrs.update(strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], group=1, residual="none",
+        pw_attrs.update(strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], group=1,
+                        residual=attr_text(node, "pointwise_residual", "none"),
                         activation=attr_text(node, "pointwise_activation", "identity"))
         if node.attrs.get("pointwise_activation_params") is not None:
             pw_attrs["activation_params"] = node.attrs["pointwise_activation_params"]
         dw_attrs = {k: v for k, v in node.attrs.items() if not k.startswith("pointwise_")}
         dw_attrs["residual"] = "none"
-        mid = make_variable(graph, f"{x.name}_pointwise", dtype=y.dtype)
+        inputs = list(node.inputs)
         node.outputs.clear()
         node.inputs.clear()
-        graph.nodes.append(gs.Node(contract.OP_TYPE, f"{node.name or 'conv'}_pointwise", pw_attrs, [x, w, b], [mid],
-                                   domain=contract.DOMAIN))
-        graph.nodes.append(gs.Node(contract.OP_TYPE, node.name, dw_attrs, [mid, dw_w, dw_b], [y],
-                                   domain=contract.DOMAIN))
-        report.canonicalized[f"epifuse::{OP_TYPE} → FusedConv + FusedConv"] += 1
+        if node.op == OP_TYPE:
+            x, w, b, dw_w, dw_b = inputs
+            mid = make_variable(graph, f"{x.name}_pointwise", dtype=y.dtype)
+            first = gs.Node(contract.OP_TYPE, f"{node.name or 'conv'}_pointwise", pw_attrs, [x, w, b], [mid],
+                            domain=contract.DOMAIN)
+            second = gs.Node(contract.OP_TYPE, node.name, dw_attrs, [mid, dw_w, dw_b], [y], domain=contract.DOMAIN)
+        else:
+            x, dw_w, dw_b, w, b, *z = inputs
+            mid = make_variable(graph, f"{x.name}_depthwise", dtype=y.dtype)
+            first = gs.Node(contract.OP_TYPE, f"{node.name or 'conv'}_depthwise", dw_attrs, [x, dw_w, dw_b], [mid],
+                            domain=contract.DOMAIN)
+            second = gs.Node(contract.OP_TYPE, node.name, pw_attrs, [mid, w, b, *z], [y], domain=contract.DOMAIN)
+        graph.nodes += [first, second]
+        report.canonicalized[f"epifuse::{node.op} → FusedConv + FusedConv"] += 1
     if merged:
         graph.nodes = [n for n in graph.nodes if n.outputs]
         graph.toposort()

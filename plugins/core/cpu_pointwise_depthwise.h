@@ -54,4 +54,35 @@ class CpuPointwiseDepthwise {
   DepthwiseConv depthwise_;
 };
 
+// The CPU kernel of epifuse::FusedDepthwisePointwise: a depthwise conv and the 1x1 conv that reads its output
+// (MobileNetV1's separable convs; the first block of MobileNetV2, V3 and MNASNet; ShuffleNetV2's and
+// PP-LCNet's blocks), one node, the 1x1 conv with its residual where it has one. In bands the same way: each
+// band's depthwise output rows into the thread's window, then the 1x1 conv of the window's rows, its residual
+// rows read beside them. No halo is computed twice (the 1x1 conv reads no neighbouring rows); the depthwise
+// conv's input rows above and below a band are read again from X. The separate way, and
+// EPIFUSE_POINTWISE_DEPTHWISE=separate, as above.
+class CpuDepthwisePointwise {
+ public:
+  CpuDepthwisePointwise();
+
+  // y = pointwise(depthwise(x)) (+ z, as `pointwise`'s residual says): `depthwise` group = C = K, no residual;
+  // `pointwise` a 1x1 conv of its output, stride 1, unpadded, one group; fp32.
+  Status run(const ConvProblem& depthwise, const ConvProblem& pointwise, const void* x, const void* w1,
+             bool w1_constant, const void* b1, const void* w2, bool w2_constant, const void* b2, const void* z,
+             void* y, const ParallelFor& parallel_for, const ScratchAllocator& scratch);
+
+  static Status check_pair(const ConvProblem& depthwise, const ConvProblem& pointwise);
+
+ private:
+  bool bands_can_run(const ConvProblem& depthwise, const ConvProblem& pointwise) const;
+  Status run_bands(const ConvProblem& dw, const ConvProblem& pw, const void* x, const void* w1, bool w1_constant,
+                   const void* b1, const void* w2, bool w2_constant, const void* b2, const void* z, void* y,
+                   const ParallelFor& parallel_for);
+
+  bool separate_ = false;
+  CpuFusedConv depthwise_conv_, pointwise_conv_;
+  DepthwiseConv depthwise_;
+  PointwiseConv pointwise_;
+};
+
 }  // namespace epifuse
