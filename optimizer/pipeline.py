@@ -31,7 +31,7 @@ from .passes.channel_copy import channel_copy
 from .passes.channel_scale import channel_scale
 from .passes.conv_mean import conv_mean, split_conv_means
 from .passes.conv_scale import conv_scale, split_conv_scales
-from .passes.pointwise_depthwise import OP_TYPE as EXPAND_FIRST_PAIR
+from .passes.pointwise_depthwise import DEPTHWISE_FIRST_OP_TYPE as DEPTHWISE_FIRST_PAIR
 from .passes.pointwise_depthwise import PAIR_OP_TYPES
 from .passes.pointwise_depthwise import pointwise_depthwise, split_pointwise_depthwise
 from .passes.cleanup import cleanup
@@ -532,7 +532,7 @@ def _pairs_wanted(policy: FusionPolicy | None) -> bool:
 
 def _pairs_check(check, original: onnx.ModelProto | str, kept: onnx.ModelProto | str, target: str,
                  precision: str, policy: FusionPolicy, report: Report, kernel_query=None) -> onnx.ModelProto | str:
-    """`kept` where it has no pair of a 1x1 and a depthwise conv (epifuse::FusedPointwiseDepthwise,
+    """`kept` where it has no pair of a 1x1 and a depthwise conv (epifuse::FusedPointwiseDepthwise(Mean),
     FusedDepthwisePointwise), or runs at least as fast as with each pair as its two FusedConvs at every batch
     size and thread count the check runs (MobileNetV2 on Zen 5: 1.06x on two threads, 0.98-0.99x on one;
     bench/cpu_pairs.py); else, where it has both kinds, the model with only its expand-first pairs, judged the
@@ -548,9 +548,10 @@ def _pairs_check(check, original: onnx.ModelProto | str, kept: onnx.ModelProto |
     variant, variant_report = _reoptimized(original_model, target, precision, policy, kernel_query,
                                            set(policy.exclude))
     candidates = [(kept, None, sum(counts.values()))]
-    if all(counts.values()):
+    expand_first = sum(v for op, v in counts.items() if op != DEPTHWISE_FIRST_PAIR)
+    if expand_first and counts[DEPTHWISE_FIRST_PAIR]:
         candidates.append((*_reoptimized(original_model, target, precision, policy, kernel_query, set(policy.exclude),
-                                         pointwise_depthwise=True), counts[EXPAND_FIRST_PAIR]))
+                                         pointwise_depthwise=True), expand_first))
     for model, model_report, pairs in candidates:
         what = f"the {pairs} pair{'s' if pairs > 1 else ''} of a 1x1 and a depthwise conv"
         if model_report is not None:

@@ -13,6 +13,7 @@ from conv_reference import rel_l2
 from models import zoo
 from optimizer.passes.conv_mean import MEAN_OP, OP_TYPE
 from optimizer.passes.load import validate
+from optimizer.passes.pointwise_depthwise import MEAN_OP_TYPE as PAIR_WITH_MEAN
 from optimizer.pipeline import FusionPolicy, optimize_model
 from optimizer.runtime import session_options
 from optimizer.verify import verify
@@ -187,6 +188,23 @@ def test_a_bad_shape_is_an_error_naming_the_node():
         _run(_model((1, 8, 8, 8, 16, 3, 3), attrs, w, b, name="the_dw"), x[..., :8].copy(), None)
 
 
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, BF16], ids=["fp32", "bf16"])
+def test_a_node_without_its_mean_output_fails_at_session_creation(elem):
+    """ONNX Runtime hands the kernel every output it declares: a node without M would crash the run."""
+    shape = (1, 8, 8, 16, 16, 3, 3)
+    attrs = dict(pads=(1, 1, 1, 1), group=16)
+    _, w, b, _ = conv_inputs(np.float32, shape, **attrs)
+    model = _model(shape, attrs, w, b, elem=elem, name="the_dw")
+    node = next(n for n in model.graph.node if n.op_type == OP_TYPE)
+    del node.output[1]
+    kept = [n for n in model.graph.node if n.op_type != "Cast" or n.input[0] != "mb"]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    del model.graph.output[1]
+    with pytest.raises(Exception, match=f"epifuse::{OP_TYPE} node 'the_dw': output 1 \\(M\\) is missing"):
+        ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+
+
 SE_MODELS = ["mobilenetv3_tiny", "efficientnet_tiny"]
 
 
@@ -199,7 +217,8 @@ def _optimized(name, target="ort-cpu", precision="fp32"):
 @pytest.mark.parametrize("name", SE_MODELS)
 def test_squeeze_excite_pools_merge_into_their_depthwise_convs(name):
     original, optimized, report = _optimized(name)
-    merged = ops(optimized).count(OP_TYPE)
+    # an expand 1x1 conv before the depthwise conv may take it into a pair, its pool too
+    merged = ops(optimized).count(OP_TYPE) + ops(optimized).count(PAIR_WITH_MEAN)
     assert merged and report.canonicalized[f"depthwise FusedConv + {MEAN_OP} → epifuse::{OP_TYPE} (ort-cpu)"] == merged
     producers = {o: n for n in optimized.graph.node for o in n.output}
     for node in optimized.graph.node:  # no pool is left reading a depthwise (grouped) conv's output
@@ -225,7 +244,8 @@ def test_other_targets_keep_the_pool_and_a_model_optimized_before_splits_again(t
     original, for_cpu, _ = _optimized("mobilenetv3_tiny")
     again, report = optimize_model(for_cpu, precision="fp32", target=target, policy=FusionPolicy(mode="static"))
     assert OP_TYPE not in ops(again) and MEAN_OP not in ops(again) and "ReduceMean" in ops(again)
-    assert report.canonicalized[f"epifuse::{OP_TYPE} → FusedConv + {MEAN_OP}"] == ops(for_cpu).count(OP_TYPE)
+    assert report.canonicalized[f"epifuse::{OP_TYPE} → FusedConv + {MEAN_OP}"] == (
+        ops(for_cpu).count(OP_TYPE) + ops(for_cpu).count(PAIR_WITH_MEAN))  # a pair's split back first
 
 
 def test_a_model_optimized_before_optimizes_again_for_the_cpu_with_the_same_answer():

@@ -16,7 +16,7 @@ from models import zoo
 from optimizer import contract
 from optimizer.contract import ACTIVATIONS
 from optimizer.passes.load import validate
-from optimizer.passes.pointwise_depthwise import DEPTHWISE_FIRST_OP_TYPE, OP_TYPE
+from optimizer.passes.pointwise_depthwise import DEPTHWISE_FIRST_OP_TYPE, MEAN_OP_TYPE, OP_TYPE
 from optimizer.pipeline import FusionPolicy, _pairs_check, optimize_model
 from optimizer.report import Report
 from optimizer.runtime import session_options
@@ -230,11 +230,12 @@ def test_an_expand_and_its_depthwise_conv_become_one_node():
 
 @pytest.mark.parametrize("why, model, target, precision", [
     ("the 1x1 conv reads more channels than the bands' kernel", _block(c=160), "ort-cpu", "fp32"),
+    ("the 1x1 conv writes more channels than MAX_EXPANDED_CHANNELS", _block(k=512), "ort-cpu", "fp32"),
     ("another node reads the expanded tensor", _block(consumers=2), "ort-cpu", "fp32"),
     ("the expanded tensor is a graph output", _block(mid_output=True), "ort-cpu", "fp32"),
     ("the 1x1 conv adds a residual", _block(residual=True), "ort-cpu", "fp32"),
     ("bf16: the bands have no bf16 kernel", _block(), "ort-cpu", "bf16"),
-], ids=["c160", "two_consumers", "graph_output", "residual", "bf16"])
+], ids=["c160", "k512", "two_consumers", "graph_output", "residual", "bf16"])
 def test_pairs_are_left_as_two_convs(why, model, target, precision):
     optimized, _ = _always(model, target, precision)
     assert OP_TYPE not in _ops(optimized), why
@@ -310,3 +311,95 @@ def test_geometry_on_avx2(monkeypatch, name):
     n, h, w, c, k, r, strides, pads = GEOMETRY[name]
     _check(monkeypatch, "bands", n, h, w, c, k, r, threads=2, strides=strides, pads=pads, activation="relu",
            pointwise="hardswish")
+
+
+# --- the pair whose depthwise conv feeds a squeeze-excite pool: FusedPointwiseDepthwiseMean ---
+
+def _mean_model(h, w, c, k, r, *, strides=(1, 1), pads=None) -> onnx.ModelProto:
+    model = _pair_model(h, w, c, k, r, strides=strides, pads=pads, activation="hardswish", pointwise="relu")
+    node = model.graph.node[0]
+    node.op_type = MEAN_OP_TYPE
+    node.output.append("m")
+    model.graph.output.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, None))
+    return model
+
+
+@pytest.mark.parametrize("way", ["bands", "separate"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", ["mobilenet_stride_2_batch_2", "several_bands_5x5", "one_row_a_band_stride_1",
+                                  "top_left_padding_only", "7x7_filter", "bands_of_four_pixels",
+                                  "more_channels_than_the_1x1_kernel_takes"])
+def test_the_mean_of_the_depthwise_output(monkeypatch, name, threads, way):
+    """M, summed band by band in the depthwise kernel's registers, against the reference's mean; in bands, the
+    same bits on one thread as on two (the bands' sums are added in a fixed order; the separate way's 1x1 conv
+    is oneDNN's, whose sums over C may split by thread count)."""
+    if way == "separate":
+        monkeypatch.setenv("EPIFUSE_POINTWISE_DEPTHWISE", way)
+    else:
+        monkeypatch.delenv("EPIFUSE_POINTWISE_DEPTHWISE", raising=False)
+    n, h, w, c, k, r, strides, pads = GEOMETRY[name]
+    pads = tuple(pads if pads is not None else [r // 2] * 4)
+    model = _mean_model(h, w, c, k, r, strides=strides, pads=pads)
+    x, w1, b1, w2, b2 = _inputs(n, h, w, c, k, r)
+    ref = _reference(x, w1, b1, w2, b2, strides=strides, pads=pads, activation="hardswish", pointwise="relu")
+    results = []
+    for t in (threads, 3 - threads):
+        session = ort.InferenceSession(model.SerializeToString(), session_options(threads=t),
+                                       providers=["CPUExecutionProvider"])
+        for _ in range(2):
+            y, m = session.run(None, {"x": x})
+        results.append(m)
+        assert m.shape == (n, 1, 1, k)
+        assert rel_l2(y, ref) <= TOL
+        assert rel_l2(m, ref.mean(axis=(1, 2), keepdims=True)) <= TOL, rel_l2(m, ref.mean(axis=(1, 2), keepdims=True))
+    if way == "bands" and c <= 128:
+        assert np.array_equal(results[0], results[1])
+
+
+def _se_block(c=16, k=48) -> onnx.ModelProto:
+    """NCHW Conv 1x1 + Relu -> depthwise Conv 3x3 + Relu -> squeeze-excite (GlobalAveragePool, 1x1 Convs,
+    HardSigmoid, Mul) -> Conv 1x1: MobileNetV3's blocks 4-6 as torchvision exports them, one image 32x32."""
+    rng = np.random.default_rng(0)
+
+    def init(name, *shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, (rng.standard_normal(shape) * 0.2).astype(np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["e"], ["er"]),
+             helper.make_node("Conv", ["er", "w2", "b2"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=k),
+             helper.make_node("Relu", ["d"], ["dr"]),
+             helper.make_node("GlobalAveragePool", ["dr"], ["p"]),
+             helper.make_node("Conv", ["p", "w3", "b3"], ["s1"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["s1"], ["s1r"]),
+             helper.make_node("Conv", ["s1r", "w4", "b4"], ["s2"], kernel_shape=[1, 1]),
+             helper.make_node("HardSigmoid", ["s2"], ["g"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["dr", "g"], ["gated"]),
+             helper.make_node("Conv", ["gated", "w5", "b5"], ["y"], kernel_shape=[1, 1])]
+    inits = [init("w1", k, c, 1, 1), init("b1", k), init("w2", k, 1, 3, 3), init("b2", k), init("w3", 8, k, 1, 1),
+             init("b3", 8), init("w4", k, 8, 1, 1), init("b4", k), init("w5", c, k, 1, 1), init("b5", c)]
+    graph = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return validate(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_an_expand_and_its_depthwise_conv_with_its_pool_become_one_node_and_split_again():
+    model = _se_block()
+    optimized, report = _always(model)
+    ops = _ops(optimized)
+    assert ops.count(MEAN_OP_TYPE) == 1 and "FusedConvMean" not in ops and OP_TYPE not in ops
+    node = next(n for n in optimized.graph.node if n.op_type == MEAN_OP_TYPE)
+    assert len(node.output) == 2 and len(node.input) == 5
+    result = verify(model, optimized, precision="fp32")
+    assert result["passed"] and result["worst_rel_l2"] <= TOL, result
+    twice, report = _always(optimized)  # split into FusedConv + FusedConvMean, then made again
+    assert _ops(twice).count(MEAN_OP_TYPE) == 1
+    assert any(key.startswith(f"epifuse::{MEAN_OP_TYPE} →") for key in report.canonicalized)
+    assert verify(model, twice, precision="fp32")["passed"]
+
+
+def test_the_mean_pair_without_its_second_output_fails_at_session_creation():
+    model = _mean_model(8, 8, 16, 32, 3)
+    del model.graph.node[0].output[1]
+    del model.graph.output[1]
+    with pytest.raises(Exception) as e:
+        ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+    assert f"{MEAN_OP_TYPE} node 'pair': output 1 (M) is missing" in str(e.value), str(e.value)

@@ -1,8 +1,10 @@
 """Inverted-residual expands into the depthwise conv that reads them on ort-cpu: a 1x1 FusedConv (stride 1,
-unpadded, one group, no residual, at most 128 input channels) whose output only a depthwise FusedConv (no
-residual) reads becomes `epifuse::FusedPointwiseDepthwise`, the two convs in one node: inputs X, W, B of the
-1x1 conv and DW, DB of the depthwise one; the depthwise conv's attributes, and the 1x1 conv's activation as
-`pointwise_activation` (and `pointwise_activation_params`).
+unpadded, one group, no residual, at most 128 input and 480 output channels) whose output only a depthwise
+FusedConv (no residual) reads becomes `epifuse::FusedPointwiseDepthwise`, the two convs in one node: inputs
+X, W, B of the 1x1 conv and DW, DB of the depthwise one; the depthwise conv's attributes, and the 1x1 conv's
+activation as `pointwise_activation` (and `pointwise_activation_params`). Where the depthwise conv is a
+FusedConvMean (its output's squeeze-excite pool in its registers, passes/conv_mean.py), the pair is an
+`epifuse::FusedPointwiseDepthwiseMean`, with FusedConvMean's second output M.
 
 Why: the 1x1 conv writes its whole output (MobileNetV2's 16 -> 96 at 112x112: 4.8 MB, more than a core's
 L2) and the depthwise conv reads it back, the two nodes each splitting the map between the threads. The
@@ -13,7 +15,9 @@ models with the pairs as two FusedConvs; on one thread 0.98-0.99x and 1.02x. So 
 whole-model check will judge them, and it keeps them only where the model is not slower with them
 (optimizer/pipeline.py, `_pairs_check`). 128 input channels is the reach of the 1x1 kernel the bands use
 (plugins/core/pointwise_fused_conv.h): past it the pair would always run as the two convs, and is left as
-two nodes. fp32: the bands have no bf16 kernel.
+two nodes; past 480 output channels (a compute-bound 1x1 conv on a 14x14 map: MobileNetV2's 96 -> 576,
+EfficientNet's 112 -> 672) oneDNN's 1x1 kernel runs faster than the bands'. fp32: the bands have no bf16
+kernel.
 
 The other order, a depthwise FusedConv (no residual) whose output only a 1x1 FusedConv of the same reach
 reads (MobileNetV1's separable convs; the first block of MobileNetV2, V3 and MNASNet; ShuffleNetV2's and
@@ -24,9 +28,8 @@ The same bands, the other way round: each band's depthwise rows into the window,
 Expand-first pairs are made first, so an inverted-residual block without a squeeze-excite pool keeps its
 expand and depthwise conv together, and its project conv alone.
 
-The merges are the last pass, after conv_mean (a depthwise conv whose output a squeeze-excite pool reads is a
-FusedConvMean by then, and stays one); `split_pointwise_depthwise`, the first, writes a model optimized
-before back as the two FusedConvs every other pass knows.
+The merges are the last pass, after conv_mean; `split_pointwise_depthwise`, the first, writes a model
+optimized before back as the two convs (FusedConv, or FusedConvMean) every other pass knows.
 """
 from __future__ import annotations
 
@@ -35,19 +38,29 @@ import onnx_graphsurgeon as gs
 from .. import contract
 from ..graph import attr_text, make_variable, shape_of
 from ..report import Report
+from .conv_mean import OP_TYPE as CONV_MEAN_OP_TYPE
 
 OP_TYPE = "FusedPointwiseDepthwise"
+MEAN_OP_TYPE = "FusedPointwiseDepthwiseMean"  # the depthwise conv a FusedConvMean
 DEPTHWISE_FIRST_OP_TYPE = "FusedDepthwisePointwise"
-PAIR_OP_TYPES = (OP_TYPE, DEPTHWISE_FIRST_OP_TYPE)
+PAIR_OP_TYPES = (OP_TYPE, MEAN_OP_TYPE, DEPTHWISE_FIRST_OP_TYPE)
 MAX_POINTWISE_CHANNELS = 128  # PointwiseConv::kMaxChannels (plugins/core/pointwise_fused_conv.h)
+# An expand to more channels is a compute-bound 1x1 conv on a small map (MobileNetV2's 96 -> 576, EfficientNet's
+# 112 -> 672 at 14x14), where oneDNN's kernel runs faster than the bands' and the halo rows recomputed at the
+# threads' boundaries cost more (0.8-0.97x the two convs in whole models on Zen 5).
+MAX_EXPANDED_CHANNELS = 480
 # FusedConv attributes of the node as a whole, which both convs carry
 _SHARED = ("allow_tf32", "plugin_namespace", "plugin_version")
 
 
-def _fused_conv(node: gs.Node | None, residual: bool = False) -> bool:
-    """A FusedConv without a residual (or, where `residual`, with or without one)."""
-    return (node is not None and node.op == contract.OP_TYPE and node.domain == contract.DOMAIN
-            and len(node.outputs) == 1 and len(node.inputs) in ((3, 4) if residual else (3,))
+def _fused_conv(node: gs.Node | None, residual: bool = False, mean: bool = False) -> bool:
+    """A FusedConv without a residual (or, where `residual`, with or without one; where `mean`, a FusedConvMean
+    too)."""
+    if node is None or node.domain != contract.DOMAIN:
+        return False
+    kind = (node.op == contract.OP_TYPE and len(node.outputs) == 1
+            or mean and node.op == CONV_MEAN_OP_TYPE and len(node.outputs) == 2)
+    return (kind and len(node.inputs) in ((3, 4) if residual else (3,))
             and (residual or attr_text(node, "residual", "none") == "none"))
 
 
@@ -74,22 +87,24 @@ def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision:
         return graph
     outputs = {id(t) for t in graph.outputs}
     merged = False
-    for dw in [n for n in graph.nodes if _fused_conv(n)] if expand_first else []:
+    for dw in [n for n in graph.nodes if _fused_conv(n, mean=True)] if expand_first else []:
         mid = dw.inputs[0]
         pw = mid.inputs[0] if len(mid.inputs) == 1 else None
         if (not _fused_conv(pw) or len(mid.outputs) != 1 or id(mid) in outputs or not _pointwise(pw)
+                or not isinstance(shape_of(pw.inputs[1])[0], int) or shape_of(pw.inputs[1])[0] > MAX_EXPANDED_CHANNELS
                 or not _depthwise(dw, shape_of(pw.inputs[1])[0])):
             continue
         attrs = {k: v for k, v in dw.attrs.items() if k != "residual"}
         attrs["pointwise_activation"] = attr_text(pw, "activation", "identity")
         if pw.attrs.get("activation_params") is not None:
             attrs["pointwise_activation_params"] = pw.attrs["activation_params"]
-        y = dw.outputs[0]
+        outs = list(dw.outputs)  # Y, and a FusedConvMean's M
+        op = MEAN_OP_TYPE if len(outs) == 2 else OP_TYPE
         inputs = [pw.inputs[0], pw.inputs[1], pw.inputs[2], dw.inputs[1], dw.inputs[2]]
         dw.outputs.clear()
         pw.outputs.clear()  # both dead: cleanup drops them
-        graph.nodes.append(gs.Node(OP_TYPE, dw.name, attrs, inputs, [y], domain=contract.DOMAIN))
-        report.canonicalized[f"1x1 FusedConv + depthwise FusedConv → epifuse::{OP_TYPE} ({target})"] += 1
+        graph.nodes.append(gs.Node(op, dw.name, attrs, inputs, outs, domain=contract.DOMAIN))
+        report.canonicalized[f"1x1 FusedConv + depthwise {dw.op} → epifuse::{op} ({target})"] += 1
         merged = True
     for dw in [n for n in graph.nodes if _fused_conv(n)] if depthwise_first else []:
         if not dw.outputs:  # merged above, or the 1x1 conv of a pair made in this loop
@@ -133,15 +148,16 @@ def split_pointwise_depthwise(graph: gs.Graph, report: Report, op_types=PAIR_OP_
             pw_attrs["activation_params"] = node.attrs["pointwise_activation_params"]
         dw_attrs = {k: v for k, v in node.attrs.items() if not k.startswith("pointwise_")}
         dw_attrs["residual"] = "none"
-        inputs = list(node.inputs)
+        inputs, outputs = list(node.inputs), list(node.outputs)
         node.outputs.clear()
         node.inputs.clear()
-        if node.op == OP_TYPE:
+        if node.op != DEPTHWISE_FIRST_OP_TYPE:
             x, w, b, dw_w, dw_b = inputs
             mid = make_variable(graph, f"{x.name}_pointwise", dtype=y.dtype)
             first = gs.Node(contract.OP_TYPE, f"{node.name or 'conv'}_pointwise", pw_attrs, [x, w, b], [mid],
                             domain=contract.DOMAIN)
-            second = gs.Node(contract.OP_TYPE, node.name, dw_attrs, [mid, dw_w, dw_b], [y], domain=contract.DOMAIN)
+            second = gs.Node(CONV_MEAN_OP_TYPE if node.op == MEAN_OP_TYPE else contract.OP_TYPE, node.name, dw_attrs,
+                             [mid, dw_w, dw_b], outputs, domain=contract.DOMAIN)
         else:
             x, dw_w, dw_b, w, b, *z = inputs
             mid = make_variable(graph, f"{x.name}_depthwise", dtype=y.dtype)

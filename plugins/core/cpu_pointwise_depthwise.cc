@@ -107,16 +107,16 @@ bool CpuPointwiseDepthwise::bands_can_run(const ConvProblem& pw, const ConvProbl
 Status CpuPointwiseDepthwise::run_separate(const ConvProblem& pw, const ConvProblem& dw, const void* x,
                                            const void* w1, bool w1_constant, const void* b1, const void* w2,
                                            bool w2_constant, const void* b2, void* y, const ParallelFor& parallel_for,
-                                           const ScratchAllocator& scratch) {
+                                           const ScratchAllocator& scratch, float* mean) {
   float* mid = scratch(pw.N * pw.H * pw.W * pw.K);
   if (mid == nullptr) return Status::Error("no memory for the 1x1 conv's output");
   EPIFUSE_RETURN_IF_ERROR(pointwise_conv_.run(pw, x, w1, w1_constant, b1, nullptr, mid, parallel_for));
-  return depthwise_conv_.run(dw, mid, w2, w2_constant, b2, nullptr, y, parallel_for);
+  return depthwise_conv_.run(dw, mid, w2, w2_constant, b2, nullptr, y, parallel_for, mean);
 }
 
 Status CpuPointwiseDepthwise::run_bands(const ConvProblem& pw, const ConvProblem& dw, const void* x, const void* w1,
                                         bool w1_constant, const void* b1, const void* w2, bool w2_constant,
-                                        const void* b2, void* y, const ParallelFor& parallel_for) {
+                                        const void* b2, void* y, const ParallelFor& parallel_for, float* mean) {
   const int64_t H = dw.H, W = dw.W, C = pw.C, K = dw.C, P = dw.P(), Q = dw.Q();
   const int64_t band = band_rows(dw), row = W * K, window = ((band - 1) * dw.attr.stride_h + dw.R) * row;
   // Pieces of consecutive output rows, several a thread to even out a ragged end. ORT's pool hands each
@@ -127,11 +127,16 @@ Status CpuPointwiseDepthwise::run_bands(const ConvProblem& pw, const ConvProblem
   const uint64_t call = ++calls;
   const float* xs = static_cast<const float*>(x);
   float* ys = static_cast<float*>(y);
+  // Where `mean`: the sums of piece i's rows of image n at sums + (i + n) * K (pieces and images both runs of
+  // consecutive rows, as DepthwiseConv's pieces), each band's mean times its pixels added in order.
+  std::vector<float> storage;
+  float* sums = mean ? aligned(storage, (pieces + dw.N - 1) * K) : nullptr;  // zeroed as it grows
   std::mutex error_mutex;
   Status error = Status::Ok();
   parallel_for(pieces, [&](int64_t piece) {
     Window& w = thread_window();
     float* wnd = aligned(w.storage, window);
+    std::vector<float> band_mean(mean ? K : 0);
     if (w.call != call || w.data != wnd) {  // nothing of this call in it
       w.call = call;
       w.data = wnd;
@@ -155,7 +160,14 @@ Status CpuPointwiseDepthwise::run_bands(const ConvProblem& pw, const ConvProblem
                             wnd + kept * row, kSerial);
       }
       w.image = n, w.row0 = i0, w.row1 = i1;
-      if (s1.ok()) s2 = depthwise_.run(read.problem(dw), wnd, w2, w2_constant, b2, nullptr, ys + (n * P + p0) * Q * K, kSerial);
+      if (s1.ok())
+        s2 = depthwise_.run_with_mean(read.problem(dw), wnd, w2, w2_constant, b2, nullptr, ys + (n * P + p0) * Q * K,
+                                      mean ? band_mean.data() : nullptr, kSerial);
+      if (s2.ok() && mean) {
+        float* slot = sums + (piece + n) * K;
+        const float pixels = static_cast<float>(out_rows * Q);
+        for (int64_t c = 0; c < K; ++c) slot[c] += band_mean[c] * pixels;
+      }
       if (!s1.ok() || !s2.ok()) {
         w.image = -1;
         std::lock_guard<std::mutex> lock(error_mutex);
@@ -165,18 +177,32 @@ Status CpuPointwiseDepthwise::run_bands(const ConvProblem& pw, const ConvProblem
       r += out_rows;
     }
   });
-  return error;
+  if (!error.ok() || mean == nullptr) return error;
+  for (int64_t n = 0; n < dw.N; ++n) {  // image n's pieces, in order
+    float* total = mean + n * K;
+    std::fill(total, total + K, 0.f);
+    for (int64_t piece = 0; piece < pieces; ++piece) {
+      const int64_t first = rows * piece / pieces, last = rows * (piece + 1) / pieces;  // its rows
+      if (last <= n * P || first >= (n + 1) * P) continue;
+      for (int64_t c = 0; c < K; ++c) total[c] += sums[(piece + n) * K + c];
+    }
+    const float scale = 1.f / static_cast<float>(P * Q);
+    for (int64_t c = 0; c < K; ++c) total[c] *= scale;
+  }
+  return Status::Ok();
 }
 
 Status CpuPointwiseDepthwise::run(const ConvProblem& pw, const ConvProblem& dw, const void* x, const void* w1,
                                   bool w1_constant, const void* b1, const void* w2, bool w2_constant, const void* b2,
-                                  void* y, const ParallelFor& parallel_for, const ScratchAllocator& scratch) {
+                                  void* y, const ParallelFor& parallel_for, const ScratchAllocator& scratch,
+                                  float* mean) {
   EPIFUSE_RETURN_IF_ERROR(check_pair(pw, dw));
   if (pw.N * pw.H * pw.W == 0 || dw.P() * dw.Q() == 0) return Status::Ok();
   if (x == nullptr || w1 == nullptr || b1 == nullptr || w2 == nullptr || b2 == nullptr || y == nullptr)
     return Status::Error("a tensor of the pointwise-depthwise pair is missing");
-  if (!separate_ && bands_can_run(pw, dw)) return run_bands(pw, dw, x, w1, w1_constant, b1, w2, w2_constant, b2, y, parallel_for);
-  return run_separate(pw, dw, x, w1, w1_constant, b1, w2, w2_constant, b2, y, parallel_for, scratch);
+  if (!separate_ && bands_can_run(pw, dw))
+    return run_bands(pw, dw, x, w1, w1_constant, b1, w2, w2_constant, b2, y, parallel_for, mean);
+  return run_separate(pw, dw, x, w1, w1_constant, b1, w2, w2_constant, b2, y, parallel_for, scratch, mean);
 }
 
 }  // namespace epifuse

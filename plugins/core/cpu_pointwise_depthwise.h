@@ -31,10 +31,13 @@ class CpuPointwiseDepthwise {
 
   // y = depthwise(pointwise(x)): `pointwise` a 1x1 conv, stride 1, unpadded, one group, no residual;
   // `depthwise` a conv of its output (N, H, W the same, C its K, group C = K), no residual; fp32.
-  // `*_constant`: those filters are the same data on every call (initializers).
+  // `*_constant`: those filters are the same data on every call (initializers). Where `mean` is not null, the
+  // mean of y over its rows and columns into it ([N][K]; epifuse::FusedPointwiseDepthwiseMean, the pair whose
+  // depthwise conv feeds a squeeze-excite pool): summed in the depthwise kernel's registers band by band,
+  // the bands' sums added in a fixed order (the same result on any number of threads).
   Status run(const ConvProblem& pointwise, const ConvProblem& depthwise, const void* x, const void* w1,
              bool w1_constant, const void* b1, const void* w2, bool w2_constant, const void* b2, void* y,
-             const ParallelFor& parallel_for, const ScratchAllocator& scratch);
+             const ParallelFor& parallel_for, const ScratchAllocator& scratch, float* mean = nullptr);
 
   // Whether the two problems are a pair this op runs (the shapes above), else why not.
   static Status check_pair(const ConvProblem& pointwise, const ConvProblem& depthwise);
@@ -43,10 +46,10 @@ class CpuPointwiseDepthwise {
   bool bands_can_run(const ConvProblem& pointwise, const ConvProblem& depthwise) const;
   Status run_separate(const ConvProblem& pw, const ConvProblem& dw, const void* x, const void* w1, bool w1_constant,
                       const void* b1, const void* w2, bool w2_constant, const void* b2, void* y,
-                      const ParallelFor& parallel_for, const ScratchAllocator& scratch);
+                      const ParallelFor& parallel_for, const ScratchAllocator& scratch, float* mean);
   Status run_bands(const ConvProblem& pw, const ConvProblem& dw, const void* x, const void* w1, bool w1_constant,
                    const void* b1, const void* w2, bool w2_constant, const void* b2, void* y,
-                   const ParallelFor& parallel_for);
+                   const ParallelFor& parallel_for, float* mean);
 
   bool separate_ = false;  // EPIFUSE_POINTWISE_DEPTHWISE=separate
   CpuFusedConv pointwise_conv_, depthwise_conv_;  // the separate way

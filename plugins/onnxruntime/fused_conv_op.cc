@@ -64,7 +64,9 @@ constexpr const char* kFusedConvMean = "FusedConvMean";
 template <class T>
 struct FusedConvMeanCpuKernel : FusedConvCpuKernel<T> {
   FusedConvMeanCpuKernel(const OrtApi* api, const OrtKernelInfo* info)
-      : FusedConvCpuKernel<T>(api, info, kFusedConvMean) {}
+      : FusedConvCpuKernel<T>(api, info, kFusedConvMean) {
+    this->node_.require(require_outputs(Ort::ConstKernelInfo(info), {"Y", "M"}));
+  }
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<T>& X, const Tensor<T>& W, const Tensor<T>& B,
                       std::optional<const Tensor<T>*> Z, Tensor<T>& Y, Tensor<T>& M) {

@@ -87,6 +87,18 @@ inline Status require_inputs(const Ort::ConstKernelInfo& info, std::initializer_
   return Status::Ok();
 }
 
+// ONNX Runtime's lite ops hand Compute every output they declare, whether or not the node has it: one the node
+// lacks (or names "") would crash the run, so it must fail session creation instead.
+inline Status require_outputs(const Ort::ConstKernelInfo& info, std::initializer_list<const char*> names) {
+  size_t i = 0;
+  for (const char* name : names) {
+    if (i >= info.GetOutputCount() || info.GetOutputName(i).empty())
+      return Status::Error(std::string("output ") + std::to_string(i) + " (" + name + ") is missing or named \"\"");
+    ++i;
+  }
+  return Status::Ok();
+}
+
 // Whether input i is a constant initializer (the same data on every run), so a kernel may keep a prepared
 // copy of it; false where ORT cannot say.
 inline bool constant_input(const Ort::ConstKernelInfo& info, size_t i) {

@@ -5,6 +5,8 @@
 // activation is `pointwise_activation` (and `pointwise_activation_params`).
 //  - epifuse::FusedPointwiseDepthwise, the 1x1 conv first: inputs X [N, H, W, C], W [K, 1, 1, C] and B [K] of
 //    the 1x1 conv, DW [K, R, S, 1] and DB [K] of the depthwise conv; output Y [N, P, Q, K].
+//  - epifuse::FusedPointwiseDepthwiseMean, the same with a second output M [N, 1, 1, K], the mean of Y over its
+//    rows and columns (the squeeze-excite pool that reads the depthwise conv's output, as FusedConvMean's).
 //  - epifuse::FusedDepthwisePointwise, the depthwise conv first: inputs X [N, H, W, C], DW [C, R, S, 1] and
 //    DB [C] of the depthwise conv, W [K, 1, 1, C] and B [K] of the 1x1 conv, and the 1x1 conv's optional
 //    residual Z [N, P, Q, K], as `pointwise_residual` says (pre or post); output Y [N, P, Q, K].
@@ -71,8 +73,9 @@ struct ArenaBlock {
 };
 
 struct PointwiseDepthwiseCpuKernel : NamedNode {
-  PointwiseDepthwiseCpuKernel(const OrtApi*, const OrtKernelInfo* raw_info)
-      : NamedNode{describe_node(Ort::ConstKernelInfo(raw_info), kFusedPointwiseDepthwise)} {
+  PointwiseDepthwiseCpuKernel(const OrtApi*, const OrtKernelInfo* raw_info,
+                              const char* op_type = kFusedPointwiseDepthwise)
+      : NamedNode{describe_node(Ort::ConstKernelInfo(raw_info), op_type)} {
     const Ort::ConstKernelInfo info(raw_info);
     Status s = Status::Ok();
     try {
@@ -97,16 +100,25 @@ struct PointwiseDepthwiseCpuKernel : NamedNode {
 
   Ort::Status Compute(OrtKernelContext* context, const Tensor<float>& X, const Tensor<float>& W,
                       const Tensor<float>& B, const Tensor<float>& DW, const Tensor<float>& DB, Tensor<float>& Y) {
+    return compute(context, X, W, B, DW, DB, Y, nullptr);
+  }
+
+ protected:
+  // Y, and where `M` the mean of Y over its rows and columns ([N, 1, 1, K]).
+  Ort::Status compute(OrtKernelContext* context, const Tensor<float>& X, const Tensor<float>& W,
+                      const Tensor<float>& B, const Tensor<float>& DW, const Tensor<float>& DB, Tensor<float>& Y,
+                      Tensor<float>* M) {
     try {
       epifuse::ConvProblem pw, dw;
       Status s = bind(X.Shape(), W.Shape(), &B.Shape(), DW.Shape(), &DB.Shape(), &pw, &dw);
       if (s.ok()) {
         float* y = Y.Allocate({dw.N, dw.P(), dw.Q(), dw.K});
+        float* m = M ? M->Allocate({dw.N, 1, 1, dw.K}) : nullptr;
         const Ort::KernelContext ctx(context);
         ArenaBlock arena{ctx};  // the 1x1 conv's whole output, where the pair runs as two convs
         auto scratch = [&](int64_t floats) { return arena.allocate(floats); };
         s = cpu_.run(pw, dw, X.Data(), W.Data(), w_constant_, B.Data(), DW.Data(), dw_constant_, DB.Data(), y,
-                     ort_threads(ctx), scratch);
+                     ort_threads(ctx), scratch, m);
       }
       if (!s.ok()) return error(s.message());
     } catch (const std::exception& e) {
@@ -132,6 +144,23 @@ struct PointwiseDepthwiseCpuKernel : NamedNode {
   epifuse::ConvAttributes pointwise_, depthwise_;  // the 1x1 conv's: its activation alone
   bool w_constant_ = false, dw_constant_ = false;  // initializers: their prepared copies are made once
   epifuse::CpuPointwiseDepthwise cpu_;
+};
+
+constexpr const char* kFusedPointwiseDepthwiseMean = "FusedPointwiseDepthwiseMean";
+
+// epifuse::FusedPointwiseDepthwiseMean: FusedPointwiseDepthwise, and M [N, 1, 1, K], the mean of Y over its rows
+// and columns (the squeeze-excite pool that reads the depthwise conv's output, as in FusedConvMean).
+struct PointwiseDepthwiseMeanCpuKernel : PointwiseDepthwiseCpuKernel {
+  PointwiseDepthwiseMeanCpuKernel(const OrtApi* api, const OrtKernelInfo* info)
+      : PointwiseDepthwiseCpuKernel(api, info, kFusedPointwiseDepthwiseMean) {
+    require(require_outputs(Ort::ConstKernelInfo(info), {"Y", "M"}));
+  }
+
+  Ort::Status Compute(OrtKernelContext* context, const Tensor<float>& X, const Tensor<float>& W,
+                      const Tensor<float>& B, const Tensor<float>& DW, const Tensor<float>& DB, Tensor<float>& Y,
+                      Tensor<float>& M) {
+    return compute(context, X, W, B, DW, DB, Y, &M);
+  }
 };
 
 struct DepthwisePointwiseCpuKernel : NamedNode {
@@ -214,6 +243,8 @@ struct DepthwisePointwiseCpuKernel : NamedNode {
 void add_pointwise_depthwise_cpu_ops(OpList* ops) {
   using Ort::Custom::CreateLiteCustomOp;
   ops->emplace_back(CreateLiteCustomOp<PointwiseDepthwiseCpuKernel>(kFusedPointwiseDepthwise, "CPUExecutionProvider"));
+  ops->emplace_back(
+      CreateLiteCustomOp<PointwiseDepthwiseMeanCpuKernel>(kFusedPointwiseDepthwiseMean, "CPUExecutionProvider"));
   ops->emplace_back(CreateLiteCustomOp<DepthwisePointwiseCpuKernel>(kFusedDepthwisePointwise, "CPUExecutionProvider"));
 }
 
