@@ -513,10 +513,31 @@ def _unfused_or_original(unfused, slower_at, original_model, target: str, precis
 def _whole_model_check(check, original: onnx.ModelProto | str, optimized: onnx.ModelProto | str, target: str,
                        precision: str, policy: FusionPolicy | None, report: Report, progress=None,
                        kernel_query=None) -> onnx.ModelProto | str:
-    """The whole-model check: the fusions (_fusions_check), then the pointwise-depthwise pairs of the model it
-    kept (_pairs_check)."""
-    kept = _fusions_check(check, original, optimized, target, precision, policy, report, progress, kernel_query)
-    return _pairs_check(check, original, kept, target, precision, policy or FusionPolicy(), report, kernel_query)
+    """The whole-model check: the fusions judged on the model without pairs of a 1x1 and a depthwise conv
+    (_fusions_check), then, where it kept that model, the pairs on top of it (_pairs_check). Judged together,
+    pairs that cost a little on one thread had every fusion dropped with them (a small EfficientNet: 0.985x
+    with its pairs on one thread, 1.5x with its fusions alone on two)."""
+    policy = policy or FusionPolicy()
+    if not _pair_counts(optimized):
+        return _fusions_check(check, original, optimized, target, precision, policy, report, progress, kernel_query)
+    paired_report = Report()
+    _describe_with(paired_report, report)
+    plain, plain_report = _reoptimized(load_model(original) if isinstance(original, str) else original, target,
+                                       precision, policy, kernel_query, set(policy.exclude))
+    _describe_with(report, plain_report, keep=("decisions", "costs"))
+    kept = _fusions_check(check, original, plain, target, precision, policy, report, progress, kernel_query)
+    if kept is not plain:  # fewer fusions, or none: no pairs on top
+        return kept
+    _describe_with(report, paired_report, keep=("decisions", "costs"))
+    return _pairs_check(check, original, optimized, target, precision, policy, report, kernel_query,
+                        without=(plain, plain_report))
+
+
+def _pair_counts(model: onnx.ModelProto | str) -> dict[str, int]:
+    """How many pairs of each kind (PAIR_OP_TYPES) `model` has, the kinds it has none of left out."""
+    model = load_model(model) if isinstance(model, str) else model
+    counts = {op: sum(n.op_type == op and n.domain == DOMAIN for n in model.graph.node) for op in PAIR_OP_TYPES}
+    return {op: n for op, n in counts.items() if n}
 
 
 def _pairs_wanted(policy: FusionPolicy | None) -> bool:
@@ -531,25 +552,25 @@ def _pairs_wanted(policy: FusionPolicy | None) -> bool:
 
 
 def _pairs_check(check, original: onnx.ModelProto | str, kept: onnx.ModelProto | str, target: str,
-                 precision: str, policy: FusionPolicy, report: Report, kernel_query=None) -> onnx.ModelProto | str:
+                 precision: str, policy: FusionPolicy, report: Report, kernel_query=None,
+                 without: tuple[onnx.ModelProto, Report] | None = None) -> onnx.ModelProto | str:
     """`kept` where it has no pair of a 1x1 and a depthwise conv (epifuse::FusedPointwiseDepthwise(Mean),
     FusedDepthwisePointwise), or runs at least as fast as with each pair as its two FusedConvs at every batch
     size and thread count the check runs (MobileNetV2 on Zen 5: 1.06x on two threads, 0.98-0.99x on one;
     bench/cpu_pairs.py); else, where it has both kinds, the model with only its expand-first pairs, judged the
     same way (a depthwise-first pair changes the threads' share of the rows the next layers read); else the
-    model optimized again without pairs, nothing else changed. A model with pairs is the one every fusion was
-    decided for (the check's variants have none), so that is what the variants are made from."""
-    model = load_model(kept) if isinstance(kept, str) else kept
-    counts = {op: sum(n.op_type == op and n.domain == DOMAIN for n in model.graph.node) for op in PAIR_OP_TYPES}
-    del model
-    if not any(counts.values()):
+    model optimized again without pairs (`without`, where the caller made it), nothing else changed. A model
+    with pairs is the one every fusion was decided for (the check's variants have none), so that is what the
+    variants are made from."""
+    counts = _pair_counts(kept)
+    if not counts:
         return kept
     original_model = load_model(original) if isinstance(original, str) else original
-    variant, variant_report = _reoptimized(original_model, target, precision, policy, kernel_query,
-                                           set(policy.exclude))
+    variant, variant_report = without or _reoptimized(original_model, target, precision, policy, kernel_query,
+                                                      set(policy.exclude))
     candidates = [(kept, None, sum(counts.values()))]
     expand_first = sum(v for op, v in counts.items() if op != DEPTHWISE_FIRST_PAIR)
-    if expand_first and counts[DEPTHWISE_FIRST_PAIR]:
+    if expand_first and counts.get(DEPTHWISE_FIRST_PAIR):
         candidates.append((*_reoptimized(original_model, target, precision, policy, kernel_query, set(policy.exclude),
                                          pointwise_depthwise=True), expand_first))
     for model, model_report, pairs in candidates:

@@ -364,3 +364,32 @@ def test_the_check_falls_back_to_the_expand_first_pairs(monkeypatch, both, expan
     if kept != BOTH:  # the report describes the model kept
         assert report.ops_after.get(OP_TYPE, 0) == 0
         assert report.ops_after.get(EXPAND_FIRST_OP_TYPE, 0) == _ops(result).count(EXPAND_FIRST_OP_TYPE)
+
+
+def test_the_fusions_are_judged_without_the_pairs(monkeypatch):
+    """Fusions that win on two threads (1.5x) and not lose on one (1.01x), and pairs that lose on one thread
+    (0.985x): the whole-model check keeps every fusion and drops the pairs, where judging both at once (0.995x
+    on one thread) would have dropped the fusions too."""
+    from optimizer.pipeline import _whole_model_check
+    monkeypatch.setattr("optimizer.pipeline.cpu_cores", lambda: 2)  # the default threads and one checked
+    model = _both_kinds()
+    optimized, report = _always(model)
+    fused = {contract.OP_TYPE, *BOTH}
+
+    def speed(m, threads):
+        ops = set(_ops(m))
+        if not ops & fused:
+            return 1.0
+        fusions = 1.5 if threads is None else 1.01
+        return fusions * (1.04 if threads is None else 0.985) if ops & set(BOTH) else fusions
+
+    def check(reference, m, *, backend, batch, precision, rounds, threads=None):
+        s = speed(m, threads) / speed(reference, threads)
+        return {"batch": batch, "threads": threads, "speedup": s, "speedup_q1": s - 0.005, "speedup_q3": s + 0.005,
+                "slower": s + 0.005 < 1.0}
+    result = _whole_model_check(check, model, optimized, "ort-cpu", "fp32", FusionPolicy(mode="always"), report)
+    ops = _ops(result)
+    assert not set(ops) & set(BOTH) and ops.count(contract.OP_TYPE) == 5
+    assert report.fused_count() == 5 and not set(report.ops_after) & set(BOTH)
+    assert any("kept as two FusedConvs each" in n for n in report.notes), report.notes
+    assert verify(model, result, precision="fp32")["passed"]
