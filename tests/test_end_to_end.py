@@ -95,7 +95,8 @@ def test_zoo_model_fp32(name):
     assert "Conv" not in ops
     assert report.canonicalized[MATMUL_AS_CONV] == MATMULS_AS_CONVS.get(name, 0)
     convs = [n.op_type for n in original.graph.node].count("Conv")
-    assert sum(ops.count(op) for op in FUSED) + sum(map(ops.count, PAIR_OP_TYPES)) == convs + MATMULS_AS_CONVS.get(name, 0)
+    convs_in_nodes = sum(ops.count(op) for op in FUSED) + sum(map(ops.count, PAIR_OP_TYPES))  # a pair: two
+    assert convs_in_nodes == convs + MATMULS_AS_CONVS.get(name, 0)
     left = {op: ops.count(op) for op in ACTIVATION_OPS if ops.count(op)}
     assert left == UNFUSED_ACTIVATIONS[name]
     assert _transposes_inside_regions(optimized) == []

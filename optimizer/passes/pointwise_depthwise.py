@@ -91,7 +91,8 @@ def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision:
         mid = dw.inputs[0]
         pw = mid.inputs[0] if len(mid.inputs) == 1 else None
         if (not _fused_conv(pw) or len(mid.outputs) != 1 or id(mid) in outputs or not _pointwise(pw)
-                or not isinstance(shape_of(pw.inputs[1])[0], int) or shape_of(pw.inputs[1])[0] > MAX_EXPANDED_CHANNELS
+                or not isinstance(shape_of(pw.inputs[1])[0], int)
+                or shape_of(pw.inputs[1])[0] > MAX_EXPANDED_CHANNELS
                 or not _depthwise(dw, shape_of(pw.inputs[1])[0])):
             continue
         attrs = {k: v for k, v in dw.attrs.items() if k != "residual"}
@@ -126,7 +127,8 @@ def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision:
         dw.outputs.clear()
         pw.outputs.clear()
         graph.nodes.append(gs.Node(DEPTHWISE_FIRST_OP_TYPE, pw.name, attrs, inputs, [y], domain=contract.DOMAIN))
-        report.canonicalized[f"depthwise FusedConv + 1x1 FusedConv → epifuse::{DEPTHWISE_FIRST_OP_TYPE} ({target})"] += 1
+        report.canonicalized[f"depthwise FusedConv + 1x1 FusedConv → epifuse::{DEPTHWISE_FIRST_OP_TYPE} "
+                             f"({target})"] += 1
         merged = True
     if not merged:
         return graph
