@@ -18,11 +18,12 @@ from optimizer.contract import ACTIVATIONS
 from optimizer.passes.load import validate
 from optimizer.passes.pointwise_depthwise import DEPTHWISE_FIRST_OP_TYPE as OP_TYPE
 from optimizer.passes.pointwise_depthwise import OP_TYPE as EXPAND_FIRST_OP_TYPE
-from optimizer.pipeline import FusionPolicy, optimize_model
+from optimizer.pipeline import FusionPolicy
 from optimizer.runtime import session_options
 from optimizer.verify import verify
 from tests.helpers import cpu_flags
 from tests.test_cpu_onednn import PARAMS
+from tests.test_pointwise_depthwise import _always, _block, _ops, set_way
 
 TOL = 1e-5  # fp32
 pytestmark = pytest.mark.skipif(not {"avx2", "fma"} <= cpu_flags(), reason="the bands' kernels need AVX2 and FMA")
@@ -74,10 +75,7 @@ def _check(monkeypatch, way, n, h, w, c, k, r, *, threads=None, strides=(1, 1), 
            pointwise="identity", residual="none"):
     """The op run `way` ("bands", the library's own way where the bands' kernels run the problem, or
     "separate") against the reference."""
-    if way == "separate":
-        monkeypatch.setenv("EPIFUSE_POINTWISE_DEPTHWISE", way)  # read when the session creates its kernel
-    else:
-        monkeypatch.delenv("EPIFUSE_POINTWISE_DEPTHWISE", raising=False)
+    set_way(monkeypatch, way)
     pads = tuple(pads if pads is not None else [r // 2] * 4)
     pw_params, dw_params = PARAMS.get(pointwise, ()), PARAMS.get(activation, ())
     model = _pair_model(h, w, c, k, r, strides=strides, pads=pads, activation=activation, pointwise=pointwise,
@@ -230,14 +228,6 @@ def _separable(c=16, k=24, *, residual=False, consumers=1, mid_output=False, str
     return validate(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
-def _always(model, target="ort-cpu", precision="fp32"):
-    return optimize_model(model, target=target, precision=precision, policy=FusionPolicy(mode="always"))
-
-
-def _ops(model):
-    return [n.op_type for n in model.graph.node]
-
-
 def _attrs(node):
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
@@ -272,7 +262,6 @@ def test_pairs_are_left_as_two_convs(why, model, target, precision):
 
 def test_an_inverted_residual_block_pairs_its_expand_first():
     """1x1 -> depthwise -> 1x1: the expand and the depthwise conv become one pair, the project conv stays alone."""
-    from tests.test_pointwise_depthwise import _block
     optimized, _ = _always(_block(stride=1))
     assert _ops(optimized).count(EXPAND_FIRST_OP_TYPE) == 1 and OP_TYPE not in _ops(optimized)
 

@@ -63,14 +63,20 @@ def _reference(x, w1, b1, w2, b2, *, strides, pads, activation, pointwise, point
                       activation_params=activation_params)
 
 
+def set_way(monkeypatch, way):
+    """The pairs run `way`: "separate" forced, else the library's own way (bands where they can run); read
+    when a session creates its kernels."""
+    if way == "separate":
+        monkeypatch.setenv("EPIFUSE_POINTWISE_DEPTHWISE", way)
+    else:
+        monkeypatch.delenv("EPIFUSE_POINTWISE_DEPTHWISE", raising=False)
+
+
 def _check(monkeypatch, way, n, h, w, c, k, r, *, threads=None, strides=(1, 1), pads=None, activation="relu",
            pointwise="relu"):
     """The op run `way` ("bands", the library's own way where the bands' kernels run the problem, or
     "separate") against the reference."""
-    if way == "separate":
-        monkeypatch.setenv("EPIFUSE_POINTWISE_DEPTHWISE", way)  # read when the session creates its kernel
-    else:
-        monkeypatch.delenv("EPIFUSE_POINTWISE_DEPTHWISE", raising=False)
+    set_way(monkeypatch, way)
     pads = tuple(pads if pads is not None else [r // 2] * 4)
     pw_params, dw_params = PARAMS.get(pointwise, ()), PARAMS.get(activation, ())
     model = _pair_model(h, w, c, k, r, strides=strides, pads=pads, activation=activation, pointwise=pointwise,
@@ -333,10 +339,7 @@ def test_the_mean_of_the_depthwise_output(monkeypatch, name, threads, way):
     """M, summed band by band in the depthwise kernel's registers, against the reference's mean; in bands, the
     same bits on one thread as on two (the bands' sums are added in a fixed order; the separate way's 1x1 conv
     is oneDNN's, whose sums over C may split by thread count)."""
-    if way == "separate":
-        monkeypatch.setenv("EPIFUSE_POINTWISE_DEPTHWISE", way)
-    else:
-        monkeypatch.delenv("EPIFUSE_POINTWISE_DEPTHWISE", raising=False)
+    set_way(monkeypatch, way)
     n, h, w, c, k, r, strides, pads = GEOMETRY[name]
     pads = tuple(pads if pads is not None else [r // 2] * 4)
     model = _mean_model(h, w, c, k, r, strides=strides, pads=pads)

@@ -80,6 +80,18 @@ def _depthwise(conv: gs.Node, channels) -> bool:
             and int(conv.attrs.get("group", 1)) == channels)
 
 
+def _pair_attrs(dw: gs.Node, pw: gs.Node) -> dict:
+    """A pair's attributes: the depthwise conv's (no residual), and the 1x1 conv's activation and residual as
+    `pointwise_activation`, `pointwise_activation_params` and `pointwise_residual` (where it has them)."""
+    attrs = {k: v for k, v in dw.attrs.items() if k != "residual"}
+    attrs["pointwise_activation"] = attr_text(pw, "activation", "identity")
+    if pw.attrs.get("activation_params") is not None:
+        attrs["pointwise_activation_params"] = pw.attrs["activation_params"]
+    if attr_text(pw, "residual", "none") != "none":
+        attrs["pointwise_residual"] = attr_text(pw, "residual", "none")
+    return attrs
+
+
 def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision: str, *, expand_first: bool = True,
                         depthwise_first: bool = True) -> gs.Graph:
     """The pairs of either kind, where `expand_first` or `depthwise_first` allows it."""
@@ -95,10 +107,7 @@ def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision:
                 or shape_of(pw.inputs[1])[0] > MAX_EXPANDED_CHANNELS
                 or not _depthwise(dw, shape_of(pw.inputs[1])[0])):
             continue
-        attrs = {k: v for k, v in dw.attrs.items() if k != "residual"}
-        attrs["pointwise_activation"] = attr_text(pw, "activation", "identity")
-        if pw.attrs.get("activation_params") is not None:
-            attrs["pointwise_activation_params"] = pw.attrs["activation_params"]
+        attrs = _pair_attrs(dw, pw)
         outs = list(dw.outputs)  # Y, and a FusedConvMean's M
         op = MEAN_OP_TYPE if len(outs) == 2 else OP_TYPE
         inputs = [pw.inputs[0], pw.inputs[1], pw.inputs[2], dw.inputs[1], dw.inputs[2]]
@@ -116,12 +125,7 @@ def pointwise_depthwise(graph: gs.Graph, report: Report, target: str, precision:
         if (not _fused_conv(pw, residual=True) or pw.inputs[0] is not mid or id(mid) in outputs
                 or not _pointwise(pw) or not w or not _depthwise(dw, w[0])):
             continue
-        attrs = {k: v for k, v in dw.attrs.items() if k != "residual"}
-        attrs["pointwise_activation"] = attr_text(pw, "activation", "identity")
-        if pw.attrs.get("activation_params") is not None:
-            attrs["pointwise_activation_params"] = pw.attrs["activation_params"]
-        if attr_text(pw, "residual", "none") != "none":
-            attrs["pointwise_residual"] = attr_text(pw, "residual", "none")
+        attrs = _pair_attrs(dw, pw)
         y = pw.outputs[0]
         inputs = [dw.inputs[0], dw.inputs[1], dw.inputs[2], *pw.inputs[1:]]
         dw.outputs.clear()
