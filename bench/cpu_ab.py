@@ -6,7 +6,7 @@ FusedConvs, whose time per node is mostly the op's fixed cost. Prints a markdown
 run (medians).
 
     python bench/cpu_ab.py --baseline OLD/optimizer/lib/libepifuse_ort.so [--candidate NEW.so] [--kernel onednn]
-                           [--models A.epifuse.onnx ...] [--no-layers]
+                           [--models A.epifuse.onnx ...] [--no-layers] [--threads N]
 
 --models: also whole optimized models (their first input random, batch 1), where a layer's filters come
 cold from memory as they do in a model and not from the cache, as in a micro-model run over and over.
@@ -79,18 +79,21 @@ def chain_model(rng) -> onnx.ModelProto:
                   [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)], inits)
 
 
-def session(model: onnx.ModelProto, library: str) -> ort.InferenceSession:
+def session(model: onnx.ModelProto, library: str, threads: int | None = None) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.register_custom_ops_library(library)
+    if threads:
+        so.intra_op_num_threads = threads
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def compare(model: onnx.ModelProto, libraries: list[str], blocks: int, runs: int, skip: int) -> list[float]:
+def compare(model: onnx.ModelProto, libraries: list[str], blocks: int, runs: int, skip: int,
+            threads: int | None = None) -> list[float]:
     """Median wall time per run (µs) of each library, the outputs checked to agree. Two sessions a library,
     made in the order A B B A: with one each, the session made second read 1.03-1.04x faster whole models
     than the first with the same build on both sides (2-core Xeon); made so, that falls on both alike."""
     order = [0, 1, 1, 0]
-    sessions = [session(model, libraries[i]) for i in order]
+    sessions = [session(model, libraries[i], threads) for i in order]
     name = sessions[0].get_inputs()[0].name
     shape = [d if isinstance(d, int) else 1 for d in sessions[0].get_inputs()[0].shape]
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
@@ -119,6 +122,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=60, help="runs per block, the first third not counted")
     ap.add_argument("--models", nargs="*", default=[], help="optimized models to run whole under both builds")
     ap.add_argument("--no-layers", action="store_true", help="only the --models")
+    ap.add_argument("--threads", type=int, default=None, help="ORT's intra-op threads (default: one per core)")
     args = ap.parse_args()
     if args.kernel:
         os.environ["EPIFUSE_CPU_KERNEL"] = args.kernel  # read when a session creates its kernels
@@ -127,20 +131,21 @@ def main() -> int:
     rng = np.random.default_rng(0)
     rows = []
     for path in args.models:
-        base, cand = compare(onnx.load(path), libraries, args.blocks, max(args.runs // 2, 6), max(args.runs // 6, 2))
+        base, cand = compare(onnx.load(path), libraries, args.blocks, max(args.runs // 2, 6), max(args.runs // 6, 2),
+                             args.threads)
         rows.append((os.path.basename(path), "whole model", base, cand))
         print(f"{path}: baseline {base:.1f} us, candidate {cand:.1f} us", flush=True)
     for name, h, c, k, r, activation, *groups in [] if args.no_layers else LAYERS:
         model = layer_model(h, c, k, r, activation, rng, *groups)
-        base, cand = compare(model, libraries, args.blocks, args.runs, args.runs // 3)
+        base, cand = compare(model, libraries, args.blocks, args.runs, args.runs // 3, args.threads)
         rows.append((name, f"{c}->{k} {r}x{r}{' depthwise' if groups else ''} @{h}x{h} {activation}", base, cand))
         print(f"{name}: baseline {base:.1f} us, candidate {cand:.1f} us", flush=True)
     if not args.no_layers:
-        base, cand = compare(chain_model(rng), libraries, args.blocks, args.runs, args.runs // 3)
+        base, cand = compare(chain_model(rng), libraries, args.blocks, args.runs, args.runs // 3, args.threads)
         rows.append((f"chain of {CHAIN_NODES} 1x1 (per node)", f"{CHAIN_CHANNELS}->{CHAIN_CHANNELS} 1x1 @1x1 relu",
                      base / CHAIN_NODES, cand / CHAIN_NODES))
     print(f"\nbaseline {libraries[0]}\ncandidate {libraries[1]}\nEPIFUSE_CPU_KERNEL={args.kernel or '(unset)'}, "
-          f"onnxruntime {ort.__version__}, {os.cpu_count()} threads\n")
+          f"onnxruntime {ort.__version__}, {args.threads or os.cpu_count()} threads\n")
     print("| layer | shape | baseline µs | candidate µs | speed-up |")
     print("|---|---|---:|---:|---:|")
     for name, shape, base, cand in rows:
