@@ -161,8 +161,8 @@ Status CpuPointwiseDepthwise::run_bands(const ConvProblem& pw, const ConvProblem
       }
       w.image = n, w.row0 = i0, w.row1 = i1;
       if (s1.ok())
-        s2 = depthwise_.run_with_mean(read.problem(dw), wnd, w2, w2_constant, b2, nullptr, ys + (n * P + p0) * Q * K,
-                                      mean ? band_mean.data() : nullptr, kSerial);
+        s2 = depthwise_.run_band(read.problem(dw), wnd, w2, w2_constant, b2, nullptr, ys + (n * P + p0) * Q * K,
+                                 mean ? band_mean.data() : nullptr);
       if (s2.ok() && mean) {
         float* slot = sums + (piece + n) * K;
         const float pixels = static_cast<float>(out_rows * Q);
@@ -247,8 +247,8 @@ Status CpuDepthwisePointwise::run_bands(const ConvProblem& dw, const ConvProblem
     for (int64_t r = rows * piece / pieces, end = rows * (piece + 1) / pieces; r < end;) {
       const int64_t n = r / P, p0 = r % P, out_rows = next_band_rows(r, end, band, P);
       const BandRows read = band_rows_read(dw, p0, out_rows);
-      Status s = depthwise_.run(read.problem(dw), xs + (n * H + read.i0) * W * C, w1, w1_constant, b1, nullptr, wnd,
-                                kSerial);
+      Status s = depthwise_.run_band(read.problem(dw), xs + (n * H + read.i0) * W * C, w1, w1_constant, b1, nullptr,
+                                     wnd, nullptr);
       if (s.ok()) {
         ConvProblem band_pw = pw;
         band_pw.N = 1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -80,7 +81,8 @@ std::string DepthwiseConv::name() const { return std::string("depthwise direct "
 
 namespace {
 
-// Output rows of `g` in pieces on the caller's threads, the data of element type T. Where one block of
+// Output rows of `g` in pieces on the caller's threads (about `wanted` of them), the data of element type T.
+// A piece runs its rows as strips (depthwise_kernels.inc's conv_rows). Where one block of
 // output columns reads more input than L1 holds through all channels (14x14x480: 58 KB), a piece is a band
 // of rows of one group of channels (`group_lanes`, a pair of vectors), which runs down its band: the input
 // rows the group reads stay in L1 from one output row to the next, 1.2-1.4x faster on such layers (Zen 5).
@@ -90,10 +92,9 @@ namespace {
 // sums of its own for each image it covers, which the calling thread adds in a fixed order (the result
 // does not depend on the intra-op thread count).
 template <class T, class OutputRows>
-void run_rows(const Geometry& g, const ParallelFor& parallel_for, OutputRows output_rows, int64_t group_lanes,
-              const void* x, const float* f, const float* b, const void* z, void* y, T* mean) {
+void run_rows(const Geometry& g, const ParallelFor& parallel_for, int64_t wanted, OutputRows output_rows,
+              int64_t group_lanes, const void* x, const float* f, const float* b, const void* z, void* y, T* mean) {
   const int64_t rows = g.N * g.P, vectors = g.Cp / g.lanes;
-  const int64_t wanted = hardware_threads() * kPiecesPerThread;
   const int64_t block_bytes = g.R * ((avx512::kBlock - 1) * g.SW + g.S) * g.C * static_cast<int64_t>(sizeof(T));
   int64_t group_vectors = group_lanes / g.lanes;
   if (block_bytes <= kL1Bytes) {
@@ -135,6 +136,20 @@ Status DepthwiseConv::run(const ConvProblem& p, const void* x, const void* w, bo
 Status DepthwiseConv::run_with_mean(const ConvProblem& p, const void* x, const void* w, bool w_constant,
                                     const void* b, const void* z, void* y, void* mean,
                                     const ParallelFor& parallel_for) {
+  return run_pieces(p, x, w, w_constant, b, z, y, mean, parallel_for, hardware_threads() * kPiecesPerThread);
+}
+
+Status DepthwiseConv::run_band(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+                               const void* z, void* y, void* mean) {
+  const ParallelFor serial = [](int64_t n, const std::function<void(int64_t)>& body) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+  };
+  return run_pieces(p, x, w, w_constant, b, z, y, mean, serial, 1);
+}
+
+Status DepthwiseConv::run_pieces(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
+                                 const void* z, void* y, void* mean, const ParallelFor& parallel_for,
+                                 int64_t wanted) {
   if (!supports(p)) return Status::Error("the depthwise kernel does not run this problem");
   const Geometry g(p, simd::lanes_of(isa_));
   if (g.N * g.P == 0 || g.Q == 0) return Status::Ok();  // an empty output has no mean to write: the caller's
@@ -154,11 +169,11 @@ Status DepthwiseConv::run_with_mean(const ConvProblem& p, const void* x, const v
   if (bf16) {  // the bias in fp32, as the filters
     std::vector<float> bias(static_cast<size_t>(g.C));
     for (int64_t c = 0; c < g.C; ++c) bias[c] = value(b, c);
-    run_rows<bfloat16_t>(g, parallel_for, avx512_bf16::output_rows, avx512_bf16::kGroupLanes, x, f, bias.data(), z, y,
-                         static_cast<bfloat16_t*>(mean));
+    run_rows<bfloat16_t>(g, parallel_for, wanted, avx512_bf16::output_rows, avx512_bf16::kGroupLanes, x, f,
+                         bias.data(), z, y, static_cast<bfloat16_t*>(mean));
   } else {
     const bool avx512 = isa_ == VectorIsa::kAvx512;
-    run_rows<float>(g, parallel_for, avx512 ? avx512::output_rows : avx2::output_rows,
+    run_rows<float>(g, parallel_for, wanted, avx512 ? avx512::output_rows : avx2::output_rows,
                     avx512 ? avx512::kGroupLanes : avx2::kGroupLanes, x, f, static_cast<const float*>(b), z, y,
                     static_cast<float*>(mean));
   }
