@@ -4,8 +4,9 @@
 // sharing each input vector they read (a 3x3 stride-1 filter row: 10 loads for 24 multiply-adds), and
 // the residual and activation apply to a block while it is in registers. A piece's rows run as strips: a
 // block of columns down all the piece's rows, so that the input rows one output row shares with the next
-// are still in L1 (1.05-1.15x on most of MobileNetV3-Large's layers, Zen 5); where a block's input through
-// all channels would not fit L1 (14x14x480), pieces are bands of rows of a pair of channel vectors.
+// are still in L1 (MobileNetV3-Large's layers 1.12x on one thread, 1.07x on two, Zen 5); where a block's
+// input through all channels would not fit L1 (14x14x480), pieces are bands of rows of a pair of channel
+// vectors.
 // Against oneDNN 3.2's brdgmm_dw (2 threads, Zen 4): ConvNeXt-T's 7x7 layers 1.05-1.34x, EfficientNet's
 // and MobileNet's 3x3 and 5x5 0.90-1.11x in loops; in whole models on an AVX-512 Xeon faster on every
 // depthwise layer, so CpuFusedConv runs it untimed with AVX-512 on the widths it unrolls (fp32 ones that
