@@ -18,10 +18,6 @@ namespace {
 constexpr int64_t kWindowBytes = 256 << 10;
 constexpr int64_t kMaxBandRows = 16;
 
-const ParallelFor kSerial = [](int64_t n, const std::function<void(int64_t)>& body) {
-  for (int64_t i = 0; i < n; ++i) body(i);
-};
-
 // Pieces of output rows a thread, at least: enough to even out a ragged end.
 constexpr int64_t kPiecesPerThread = 4;
 
@@ -157,7 +153,7 @@ Status CpuPointwiseDepthwise::run_bands(const ConvProblem& pw, const ConvProblem
         rows_pw.N = 1;
         rows_pw.H = i1 - i0 - kept;
         s1 = pointwise_.run(rows_pw, xs + ((n * H + i0 + kept) * W) * C, w1, w1_constant, b1, nullptr,
-                            wnd + kept * row, kSerial);
+                            wnd + kept * row, parallel_for_serial);
       }
       w.image = n, w.row0 = i0, w.row1 = i1;
       if (s1.ok())
@@ -254,7 +250,7 @@ Status CpuDepthwisePointwise::run_bands(const ConvProblem& dw, const ConvProblem
         band_pw.N = 1;
         band_pw.H = out_rows;
         const int64_t out = (n * P + p0) * Q * K;
-        s = pointwise_.run(band_pw, wnd, w2, w2_constant, b2, zs ? zs + out : nullptr, ys + out, kSerial);
+        s = pointwise_.run(band_pw, wnd, w2, w2_constant, b2, zs ? zs + out : nullptr, ys + out, parallel_for_serial);
       }
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(error_mutex);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -141,10 +140,7 @@ Status DepthwiseConv::run_with_mean(const ConvProblem& p, const void* x, const v
 
 Status DepthwiseConv::run_band(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,
                                const void* z, void* y, void* mean) {
-  const ParallelFor serial = [](int64_t n, const std::function<void(int64_t)>& body) {
-    for (int64_t i = 0; i < n; ++i) body(i);
-  };
-  return run_pieces(p, x, w, w_constant, b, z, y, mean, serial, 1);
+  return run_pieces(p, x, w, w_constant, b, z, y, mean, parallel_for_serial, 1);
 }
 
 Status DepthwiseConv::run_pieces(const ConvProblem& p, const void* x, const void* w, bool w_constant, const void* b,

@@ -31,4 +31,8 @@ void parallel_for_threads(int64_t n, const std::function<void(int64_t)>& body) {
   for (std::thread& t : pool) t.join();
 }
 
+void parallel_for_serial(int64_t n, const std::function<void(int64_t)>& body) {
+  for (int64_t i = 0; i < n; ++i) body(i);
+}
+
 }  // namespace epifuse

@@ -18,4 +18,8 @@ int64_t hardware_threads();
 // One std::thread per hardware thread (the caller's thread included) pulling indices in turn.
 void parallel_for_threads(int64_t n, const std::function<void(int64_t)>& body);
 
+// Every index in turn on the calling thread: for work that already runs on one of the caller's threads (a
+// band of a pair op).
+void parallel_for_serial(int64_t n, const std::function<void(int64_t)>& body);
+
 }  // namespace epifuse
