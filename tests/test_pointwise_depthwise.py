@@ -121,6 +121,10 @@ GEOMETRY = {
     "bands_of_three_pixels": (1, 5, 3, 8, 16, 3, (1, 1), None),
     "more_channels_than_the_1x1_kernel_takes": (1, 10, 10, 160, 96, 3, (1, 1), None),  # separate, forced or not
     "many_output_panels": (1, 6, 5, 24, 1100, 3, (2, 2), None),  # AVX2's 2-vector panels: 69 of them
+    # 16 input channels: the 1x1 kernel's tiles with C fixed when compiled, one to five vectors and panels of four
+    "sixteen_channels_one_vector": (1, 9, 11, 16, 16, 3, (1, 1), None),
+    "sixteen_channels_five_vectors": (1, 9, 13, 16, 80, 3, (1, 1), None),
+    "sixteen_channels_panels_of_four": (2, 7, 9, 16, 100, 3, (2, 2), None),
 }
 
 
