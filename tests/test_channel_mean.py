@@ -132,6 +132,24 @@ def test_a_squeeze_excite_block_of_either_opset_takes_the_op(opset):
     assert result["passed"] and result["worst_rel_l2"] < 1e-5, result
 
 
+@pytest.mark.parametrize("opset", [17, 18])
+def test_a_mean_that_drops_height_and_width_becomes_the_op_and_a_flatten(opset):
+    """MNASNet's and ShuffleNetV2's head, x.mean([2, 3]) to [N, C]: the layout pass ends the region after it
+    (no Transpose before it) and the op's [N, 1, 1, C] is flattened."""
+    def head(g, x):
+        y = g.op("Relu", [g.conv(x, 16, 24, 3)])
+        axes = {"axes": [2, 3]} if opset < 18 else {}
+        inputs = [y] if opset < 18 else [y, g.constant(np.array([2, 3], np.int64), dtype=np.int64)]
+        return g.gemm(g.op("ReduceMean", inputs, keepdims=0, **axes), 24, 10)
+
+    original = onnx.shape_inference.infer_shapes(conv_net(head, channels=16, size=20, opset=opset, batch=2))
+    optimized, report = optimize_model(original, target="ort-cpu", policy=FusionPolicy(mode="always"))
+    assert report.canonicalized[REWRITE] == 1
+    assert ops(optimized) == ["Transpose", "FusedConv", OP_TYPE, "Flatten", "Gemm"], ops(optimized)  # the input's
+    result = verify(original, optimized)
+    assert result["passed"] and result["worst_rel_l2"] < 1e-5, result
+
+
 @pytest.mark.parametrize("target,precision", OTHER_TARGETS)
 def test_other_targets_and_precisions_keep_the_pool(target, precision):
     assert_op_stays_out(zoo.efficientnet_tiny(), OP_TYPE, target, precision)
@@ -154,14 +172,14 @@ def test_the_op_goes_back_to_a_reduce_mean_for_another_target(opset):
 
 
 def test_other_reductions_stay():
-    """Other axes, keepdims=0, a 3-D tensor: not the pool."""
+    """Other axes, a 3-D tensor: not the pool."""
     def graph_of(shape, axes, keepdims=1):
         node = helper.make_node("ReduceMean", ["x"], ["y"], axes=axes, keepdims=keepdims)
         graph = helper.make_graph([node], "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
         return gs.import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
-    for shape, axes, keepdims in [((1, 8, 4, 4), [2, 3], 1), ((1, 4, 4, 8), [1, 2], 0), ((4, 4, 8), [1, 2], 1),
+    for shape, axes, keepdims in [((1, 8, 4, 4), [2, 3], 1), ((1, 4, 4, 8), [2, 3], 0), ((4, 4, 8), [1, 2], 1),
                                   ((1, 4, 4, 8), [1], 1)]:
         graph = graph_of(shape, axes, keepdims)
         channel_mean(graph, Report(), "ort-cpu", "fp32")

@@ -83,6 +83,34 @@ def test_reduce_mean_opset18_axes_input():
     _same_numerics(model, out)
 
 
+def _mean_to_2d(axes):
+    """NHWC input → Transpose to NCHW → ReduceMean over `axes` dropping them: the output has rank 2 or 3."""
+    nodes = [helper.make_node("Transpose", ["x0"], ["a0"], perm=[0, 3, 1, 2]),
+             helper.make_node("ReduceMean", ["a0"], ["y0"], axes=axes, keepdims=0)]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [N, H, W, C])],
+                          [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+@pytest.mark.parametrize("axes", [[2, 3], [1], [1, 2, 3], [-1, -2]])
+def test_a_reduction_that_drops_axes_ends_the_region_without_a_transpose(axes):
+    """The axes it keeps lie in the same order in NCHW and NHWC: its output is the same tensor either way."""
+    model = _mean_to_2d(axes)
+    out, report = _layout(model)
+    assert "Transpose" not in ops(out) and report.transposes_removed == 1, ops(out)
+    _same_numerics(model, out)
+
+
+@pytest.mark.parametrize("axes", [[2], [3], [0]])
+def test_a_reduction_that_would_reorder_the_kept_axes_keeps_its_transpose(axes):
+    model = _mean_to_2d(axes)
+    out, _ = _layout(model)
+    assert ops(out) == ["Transpose", "ReduceMean"], ops(out)
+    _same_numerics(model, out)
+
+
 def test_nchw_only_op_keeps_one_transpose_each_side():
     model = _sandwich(lambda: ([helper.make_node("Relu", ["a0"], ["r"]),
                                 helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[2, 2]),

@@ -1,6 +1,7 @@
 """Channel means on ort-cpu: the global average pool of a channels-last region, ReduceMean over axes 1 and 2
 of X [N, H, W, C] keeping dims (the form the layout pass gives a GlobalAveragePool there), becomes
-`epifuse::ChannelMean`.
+`epifuse::ChannelMean`; one that drops them (a mean over H and W to [N, C], MNASNet's and ShuffleNetV2's
+head) becomes ChannelMean and a Flatten, a view of its [N, 1, 1, C] output.
 
 Why: ONNX Runtime's CPU ReduceMean over the middle axes is a strided loop, 2-6x slower than the original
 model's NCHW GlobalAveragePool; written as a GEMV (Reshape, MatMul by a row of 1/(H*W), Reshape) MLAS runs
@@ -16,7 +17,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from .. import contract
-from ..graph import axes_of, ensure_domain, inferred_types, make_constant, set_inputs, shape_of
+from ..graph import (axes_of, ensure_domain, inferred_types, make_constant, make_variable, set_inputs,
+                     set_outputs, shape_of)
 from ..report import Report
 
 OP_TYPE = "ChannelMean"
@@ -24,10 +26,10 @@ AXES = [1, 2]
 
 
 def _spatial_mean(node: gs.Node, types: dict) -> bool:
-    """Whether `node` is a float ReduceMean over H and W of a 4-D X, keeping dims."""
+    """Whether `node` is a float ReduceMean over H and W of a 4-D X."""
     if node.op != "ReduceMean" or node.domain not in (None, "", "ai.onnx") or len(node.outputs) != 1:
         return False
-    if not int(node.attrs.get("keepdims", 1)) or node.attrs.get("noop_with_empty_axes"):
+    if node.attrs.get("noop_with_empty_axes"):
         return False
     x = node.inputs[0]
     x_type, shape = types.get(x.name, (x.dtype, shape_of(x)))
@@ -61,8 +63,16 @@ def channel_mean(graph: gs.Graph, report: Report, target: str, precision: str) -
     for node in means:
         if not _spatial_mean(node, types):
             continue
+        if not int(node.attrs.get("keepdims", 1)):  # [N, C]: the op's [N, 1, 1, C], flattened
+            y = node.outputs[0]
+            x_shape = shape_of(node.inputs[0])
+            mean = make_variable(graph, f"{y.name}_keepdims", y.dtype,
+                                 [x_shape[0], 1, 1, x_shape[3]] if x_shape and len(x_shape) == 4 else None)
+            set_outputs(node, [mean])
+            graph.nodes.append(gs.Node("Flatten", name=f"{node.name}_flatten", attrs={"axis": 1},
+                                       inputs=[mean], outputs=[y]))
         node.op, node.domain, node.attrs = OP_TYPE, contract.DOMAIN, {}
         set_inputs(node, node.inputs[:1])
         ensure_domain(graph, contract.DOMAIN, contract.OPSET_VERSION)
         report.canonicalized[f"channels-last global average pool → epifuse::{OP_TYPE} ({target})"] += 1
-    return graph.cleanup(remove_unused_graph_inputs=False)
+    return graph.cleanup(remove_unused_graph_inputs=False).toposort()

@@ -4,7 +4,10 @@ with Transposes only where a region meets an op that needs NCHW or a graph input
 The fuse pass wraps every FusedConv in Transposes. Here they are pushed down through
 layout-agnostic ops (elementwise ops with their broadcast constants permuted, Concat, Split,
 Slice, Pad, nearest Resize, reductions, GlobalAverage/MaxPool as a ReduceMean/Max over H and W:
-one table, HANDLERS, says which ops and how) and pairs that compose to the identity cancel. Pushing
+one table, HANDLERS, says which ops and how) and pairs that compose to the identity cancel. A
+reduction that drops the axes it reduces ends the region where the axes it keeps lie in the same
+order in both frames (a mean over H and W to [N, C], MNASNet's and ShuffleNetV2's head): its output
+is the same tensor either way, and no Transpose follows it. Pushing
 can cost a Transpose where a tensor also feeds an NCHW-only op, so two policies run on copies of the
 graph — push only where it does not add a Transpose, and push wherever possible — and the result
 with fewer Transposes is kept.
@@ -184,7 +187,8 @@ class _Pusher:
         def cancels(consumer):
             return consumer.op == "Transpose" and _perm(consumer) == inv
 
-        added = sum(1 for o in node.outputs if not o.outputs or not all(cancels(c) for c in o.outputs))
+        added = 0 if drops_axes(node) else \
+            sum(1 for o in node.outputs if not o.outputs or not all(cancels(c) for c in o.outputs))
         freed = sum(1 for i in moved if all(c is node or cancels(c) for c in node.inputs[i].outputs))
         return added - freed
 
@@ -207,6 +211,8 @@ class _Pusher:
                     c4 = c.reshape((1,) * (4 - c.ndim) + c.shape) if c.ndim < 4 else c
                     new_inputs[i] = make_constant(self.graph, f"{t.name}_nhwc", np.transpose(c4, inv))
         set_inputs(node, new_inputs)
+        if drops_axes(node):  # its output is the same in either frame
+            return True
         outs = list(node.outputs)
         new_outs = []
         for o in outs:
@@ -288,11 +294,21 @@ def _resize(pusher: _Pusher, node: gs.Node, p) -> bool:
     return True
 
 
+def drops_axes(node: gs.Node) -> bool:
+    """A reduction whose output lacks the axes it reduced (keepdims 0)."""
+    return node.op in REDUCTIONS and not int(node.attrs.get("keepdims", 1))
+
+
 def _reduction(pusher: _Pusher, node: gs.Node, p) -> bool:
     axes = axes_of(node, 1)
-    if axes is None or not int(node.attrs.get("keepdims", 1)):
-        return False  # all-axes or rank-changing reductions are left in NCHW
-    pusher.set_axes(node, [_axis(int(a), 4, p) for a in axes])
+    if axes is None:
+        return False  # all axes: left as it is
+    axes = [int(a) % 4 for a in axes]
+    if drops_axes(node):
+        kept = [_axis(a, 4, p) for a in range(4) if a not in axes]
+        if kept != sorted(kept):
+            return False  # the kept axes would come out in another order
+    pusher.set_axes(node, [_axis(a, 4, p) for a in axes])
     return True
 
 
