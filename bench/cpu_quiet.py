@@ -1,0 +1,94 @@
+"""Readings of an original and an optimized model taken while the host is quiet. On a cloud VM the last-level
+cache is shared with other guests, and their load moves ONNX Runtime's time for a model by up to 1.6x
+(MobileNetV3-Large on the 2-core Zen 5 of docs/bench-cpu.md: 1.6 ms quiet, 2.5 ms loaded), the optimized
+model's less, so a speed-up read while the cache is loaded says little about a quiet machine. Quiet spells
+come and go within seconds, too briefly for a 30-round `epifuse compare` started by hand.
+
+Both models' sessions stay open (ORT's default spinning pools, or `--threads`). Every `--period` seconds a probe
+runs the original 100 times; when its median is under `--quiet-ms`, a short interleaved A/B follows at once
+(4 blocks a side of 40 runs, each block after 60 ms of untimed runs while the other side's pool spins down, as
+`epifuse compare --spinning` does), then `compare` itself (10 rounds), and the line says whether the probe after
+them still read quiet. Every probe is logged, with a UTC time, to stdout and `--log`.
+
+    python bench/cpu_quiet.py ORIGINAL.onnx OPTIMIZED.onnx --quiet-ms 2.0 --minutes 60 [--log quiet.log]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+from optimizer.compare import compare
+from optimizer.libraries import preload_onednn
+from optimizer.passes.load import load_model_split
+from optimizer.runtime import session_options
+from optimizer.verify import random_inputs
+
+SETTLE_SECONDS = 0.06  # the other side's pool spins down (optimizer/compare.py's SPINNING_SETTLE_SECONDS)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("original")
+    ap.add_argument("optimized")
+    ap.add_argument("--quiet-ms", type=float, required=True, help="a probe of the original under this is quiet")
+    ap.add_argument("--minutes", type=float, default=60)
+    ap.add_argument("--period", type=float, default=10, help="seconds between probes")
+    ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ORT's, one a core)")
+    ap.add_argument("--batch", type=int, default=1, help="the batch of a symbolic first dimension")
+    ap.add_argument("--log", help="also append every line to this file")
+    args = ap.parse_args()
+    preload_onednn()
+    feeds = random_inputs(load_model_split(args.original)[0], batch=args.batch)
+    sessions = [ort.InferenceSession(path, session_options(threads=args.threads), providers=["CPUExecutionProvider"])
+                for path in (args.original, args.optimized)]
+
+    def block(side: int, runs: int) -> float:
+        """Median ms of `runs` runs of one side, after SETTLE_SECONDS of untimed ones."""
+        settled = time.perf_counter() + SETTLE_SECONDS
+        while time.perf_counter() < settled:
+            sessions[side].run(None, feeds)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            sessions[side].run(None, feeds)
+            times.append(time.perf_counter() - start)
+        return float(np.median(times)) * 1e3
+
+    def say(line: str) -> None:
+        line = f"{datetime.datetime.now(datetime.timezone.utc):%H:%M:%S} {line}"
+        print(line, flush=True)
+        if args.log:
+            with open(args.log, "a") as log:
+                print(line, file=log)
+
+    for side in (0, 1):  # first runs: allocations, oneDNN's primitives, the library's kernel timings
+        block(side, 20)
+    end = time.time() + args.minutes * 60
+    while time.time() < end:
+        probe = block(0, 100)
+        if probe >= args.quiet_ms:
+            say(f"probe {probe:.3f} ms")
+        else:
+            original, optimized = [], []
+            for _ in range(4):
+                optimized.append(block(1, 40))
+                original.append(block(0, 40))
+            a, b = float(np.median(original)), float(np.median(optimized))
+            r = compare(args.original, args.optimized, backend="ort-cpu", batch=args.batch, spinning=True,
+                        rounds=10, threads=args.threads)
+            after = block(0, 100)
+            say(f"probe {probe:.3f} ms, quiet: short A/B original {a:.3f} ms, optimized {b:.3f} ms, {a / b:.3f}x "
+                f"(blocks: {' '.join(f'{v:.2f}' for v in original)} / {' '.join(f'{v:.2f}' for v in optimized)}); "
+                f"compare original {r['original_ms']:.3f} ms, optimized {r['optimized_ms']:.3f} ms, "
+                f"{r['speedup']:.3f}x ({r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}); probe after {after:.3f} ms "
+                f"({'quiet' if after < args.quiet_ms else 'loaded'})")
+        time.sleep(args.period)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
