@@ -1,5 +1,5 @@
 // The CPU 1x1 kernel of the pair ops' bands (plugins/core/pointwise_fused_conv.h) alone, on MobileNetV3-Large's
-// 1x1 convs of at most 128 input channels, over whole maps, fp32, batch 1, one thread, inputs hot in cache where
+// 1x1 convs of at most 128 input channels and MobileNetV2's 32-channel ones, over whole maps, fp32, batch 1, one thread, inputs hot in cache where
 // they fit: a markdown table of the best time per call against the FMA-bound floor. Built from the library's
 // sources, no ONNX Runtime:
 //
@@ -32,12 +32,13 @@ struct Layer {
   bool residual;  // added after the activation, as MobileNetV3's projections add the block's input
 };
 
-// MobileNetV3-Large's expands and projections of at most 128 input channels, at 224x224
+// MobileNetV3-Large's expands and projections of at most 128 input channels, then MobileNetV2's 32 -> 16 after
+// its first depthwise conv and 32 -> 192 expand, at 224x224
 const Layer kLayers[] = {
     {112, 16, 16, "identity", true}, {112, 16, 64, "relu", false},    {56, 24, 72, "relu", false},
     {56, 64, 24, "identity", false}, {56, 72, 24, "identity", true},  {28, 40, 120, "relu", false},
     {28, 120, 40, "identity", true}, {28, 40, 240, "hardswish", false}, {14, 80, 200, "hardswish", false},
-    {14, 112, 672, "hardswish", false}};
+    {14, 112, 672, "hardswish", false}, {112, 32, 16, "identity", false}, {28, 32, 192, "relu", false}};
 
 struct Aligned {
   explicit Aligned(size_t n) : data(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64))) {}

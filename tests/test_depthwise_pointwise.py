@@ -129,6 +129,7 @@ GEOMETRY = {
     "bands_of_four_pixels": (1, 4, 4, 16, 32, 3, (1, 1), None),
     "more_channels_than_the_1x1_kernel_takes": (1, 10, 10, 160, 96, 3, (1, 1), None),  # separate, forced or not
     "many_output_panels": (1, 6, 5, 24, 1100, 3, (2, 2), None),  # AVX2's 2-vector panels: 69 of them
+    "mobilenet_v2_first_block": (1, 15, 17, 32, 16, 3, (1, 1), None),  # the 1x1's C fixed when compiled: 32
 }
 
 

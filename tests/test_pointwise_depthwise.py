@@ -121,10 +121,14 @@ GEOMETRY = {
     "bands_of_three_pixels": (1, 5, 3, 8, 16, 3, (1, 1), None),
     "more_channels_than_the_1x1_kernel_takes": (1, 10, 10, 160, 96, 3, (1, 1), None),  # separate, forced or not
     "many_output_panels": (1, 6, 5, 24, 1100, 3, (2, 2), None),  # AVX2's 2-vector panels: 69 of them
-    # 16 input channels: the 1x1 kernel's tiles with C fixed when compiled, one to five vectors and panels of four
+    # 16 and 32 input channels: the 1x1 kernel's tiles with C fixed when compiled
     "sixteen_channels_one_vector": (1, 9, 11, 16, 16, 3, (1, 1), None),
     "sixteen_channels_five_vectors": (1, 9, 13, 16, 80, 3, (1, 1), None),
     "sixteen_channels_panels_of_four": (2, 7, 9, 16, 100, 3, (2, 2), None),
+    "thirty_two_channels_two_vectors": (1, 9, 11, 32, 24, 3, (1, 1), None),
+    "thirty_two_channels_three_vectors": (1, 8, 10, 32, 48, 3, (1, 1), None),
+    "thirty_two_channels_five_vectors": (1, 8, 10, 32, 80, 5, (1, 1), None),
+    "thirty_two_channels_panels_of_four": (1, 7, 9, 32, 100, 3, (2, 2), None),
 }
 
 

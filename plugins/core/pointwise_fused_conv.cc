@@ -35,32 +35,29 @@ using Vec = simd::Avx512;
 #include "pointwise_kernels.inc"
 #undef EPIFUSE_VECTOR_TARGET
 
-// The tiles gemm_shape makes: one panel of 1-5 vectors, or panels of 6 x 4 and a last narrower one. With
-// 16 input channels (the first expand of MobileNets and EfficientNets, MobileNetV3's 16 -> 16) C is fixed
-// when compiled: MobileNetV3-Large's 16 -> 16 with its residual at 112x112 1.13x on one thread, hot
-// (16 -> 64 the same; whole models 1.00x).
-Tile tile_for(simd::GemmShape s, int64_t C) {
-  if (C == 16) {
-    switch (s.rows * 8 + s.vectors) {
-      case 14 * 8 + 1: return tile<14, 1, 16>;
-      case 12 * 8 + 2: return tile<12, 2, 16>;
-      case 8 * 8 + 3: return tile<8, 3, 16>;
-      case 6 * 8 + 4: return tile<6, 4, 16>;
-      case 5 * 8 + 5: return tile<5, 5, 16>;
-      default: break;  // a last, narrower panel of 6 pixels: C at run time
-    }
-  }
+// The tiles gemm_shape makes: one panel of 1-5 vectors, or panels of 6 x 4 and a last narrower one. FIXED_C:
+// the input channels, fixed when compiled (0: at run time).
+template <int FIXED_C>
+Tile tile_of(simd::GemmShape s) {
   switch (s.rows * 8 + s.vectors) {
-    case 14 * 8 + 1: return tile<14, 1>;
-    case 12 * 8 + 2: return tile<12, 2>;
-    case 8 * 8 + 3: return tile<8, 3>;
-    case 6 * 8 + 1: return tile<6, 1>;
-    case 6 * 8 + 2: return tile<6, 2>;
-    case 6 * 8 + 3: return tile<6, 3>;
-    case 6 * 8 + 4: return tile<6, 4>;
-    case 5 * 8 + 5: return tile<5, 5>;
+    case 14 * 8 + 1: return tile<14, 1, FIXED_C>;
+    case 12 * 8 + 2: return tile<12, 2, FIXED_C>;
+    case 8 * 8 + 3: return tile<8, 3, FIXED_C>;
+    case 6 * 8 + 1: return tile<6, 1, FIXED_C>;
+    case 6 * 8 + 2: return tile<6, 2, FIXED_C>;
+    case 6 * 8 + 3: return tile<6, 3, FIXED_C>;
+    case 6 * 8 + 4: return tile<6, 4, FIXED_C>;
+    case 5 * 8 + 5: return tile<5, 5, FIXED_C>;
     default: return nullptr;
   }
+}
+
+// 16 and 32 input channels with C fixed (the first expand of MobileNets and EfficientNets, MobileNetV3's
+// 16 -> 16, the 32 -> 16 after MobileNetV2's, MNASNet's and EfficientNet's first depthwise conv): on one
+// thread, hot, 16 -> 16 at 112x112 1.13x and 32 -> 16 1.17x, 32 -> 24 1.07x, the wider ones 1.00-1.02x
+// (bench/cpu_pointwise.cc); whole models 1.00x.
+Tile tile_for(simd::GemmShape s, int64_t C) {
+  return C == 16 ? tile_of<16>(s) : C == 32 ? tile_of<32>(s) : tile_of<0>(s);
 }
 }  // namespace avx512
 
