@@ -789,7 +789,8 @@ def optimize_graph(graph: gs.Graph, template: onnx.ModelProto, *, target: str, p
                                 f"{policy.export_costs}")
     if stop_after != "fuse":
         with _timed(report, "layout", progress, free_memory):
-            graph = layout(graph, report)
+            # a mean over H and W to [N, C] ends a region where channel_mean makes it the library's op
+            graph = layout(graph, report, spatial_means=target == "ort-cpu" and precision in ("fp32", "bf16"))
         with _timed(report, "affine_to_batchnorm", progress, free_memory):  # the pairs layout left in NCHW
             graph = affine_to_batchnorm(graph, report, precision)
         with _timed(report, "nhwc_pools", progress, free_memory):  # on the NHWC pools layout leaves

@@ -132,22 +132,36 @@ def test_a_squeeze_excite_block_of_either_opset_takes_the_op(opset):
     assert result["passed"] and result["worst_rel_l2"] < 1e-5, result
 
 
-@pytest.mark.parametrize("opset", [17, 18])
-def test_a_mean_that_drops_height_and_width_becomes_the_op_and_a_flatten(opset):
-    """MNASNet's and ShuffleNetV2's head, x.mean([2, 3]) to [N, C]: the layout pass ends the region after it
-    (no Transpose before it) and the op's [N, 1, 1, C] is flattened."""
+def _mean_head(opset=17):
+    """A conv and x.mean([2, 3]) to [N, C] (MNASNet's and ShuffleNetV2's head), then a Gemm."""
     def head(g, x):
         y = g.op("Relu", [g.conv(x, 16, 24, 3)])
         axes = {"axes": [2, 3]} if opset < 18 else {}
         inputs = [y] if opset < 18 else [y, g.constant(np.array([2, 3], np.int64), dtype=np.int64)]
         return g.gemm(g.op("ReduceMean", inputs, keepdims=0, **axes), 24, 10)
 
-    original = onnx.shape_inference.infer_shapes(conv_net(head, channels=16, size=20, opset=opset, batch=2))
+    return onnx.shape_inference.infer_shapes(conv_net(head, channels=16, size=20, opset=opset, batch=2))
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_a_mean_that_drops_height_and_width_becomes_the_op_and_a_flatten(opset):
+    """The layout pass ends the region at the mean (no Transpose before it) and the op's [N, 1, 1, C] is
+    flattened."""
+    original = _mean_head(opset)
     optimized, report = optimize_model(original, target="ort-cpu", policy=FusionPolicy(mode="always"))
     assert report.canonicalized[REWRITE] == 1
     assert ops(optimized) == ["Transpose", "FusedConv", OP_TYPE, "Flatten", "Gemm"], ops(optimized)  # the input's
     result = verify(original, optimized)
     assert result["passed"] and result["worst_rel_l2"] < 1e-5, result
+
+
+@pytest.mark.parametrize("target,precision", OTHER_TARGETS)
+def test_other_targets_keep_a_mean_that_drops_its_axes_in_nchw(target, precision):
+    """No library op takes it there: the region ends at a Transpose before the ReduceMean, as before."""
+    optimized, _ = optimize_model(_mean_head(), target=target, precision=precision,
+                                  policy=FusionPolicy(mode="always"))
+    names = ops(optimized)
+    assert OP_TYPE not in names and names[names.index("ReduceMean") - 1] == "Transpose", names
 
 
 @pytest.mark.parametrize("target,precision", OTHER_TARGETS)

@@ -83,10 +83,10 @@ def test_reduce_mean_opset18_axes_input():
     _same_numerics(model, out)
 
 
-def _mean_to_2d(axes):
-    """NHWC input → Transpose to NCHW → ReduceMean over `axes` dropping them: the output has rank 2 or 3."""
+def _reduce_to_2d(axes, op="ReduceMean"):
+    """NHWC input → Transpose to NCHW → a reduction over `axes` dropping them."""
     nodes = [helper.make_node("Transpose", ["x0"], ["a0"], perm=[0, 3, 1, 2]),
-             helper.make_node("ReduceMean", ["a0"], ["y0"], axes=axes, keepdims=0)]
+             helper.make_node(op, ["a0"], ["y0"], axes=axes, keepdims=0)]
     g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [N, H, W, C])],
                           [helper.make_tensor_value_info("y0", TensorProto.FLOAT, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -94,20 +94,25 @@ def _mean_to_2d(axes):
     return onnx.shape_inference.infer_shapes(m)
 
 
-@pytest.mark.parametrize("axes", [[2, 3], [1], [1, 2, 3], [-1, -2]])
-def test_a_reduction_that_drops_axes_ends_the_region_without_a_transpose(axes):
-    """The axes it keeps lie in the same order in NCHW and NHWC: its output is the same tensor either way."""
-    model = _mean_to_2d(axes)
-    out, report = _layout(model)
+@pytest.mark.parametrize("axes", [[2, 3], [-1, -2]])
+def test_a_spatial_mean_that_drops_its_axes_ends_the_region_without_a_transpose(axes):
+    """With spatial_means (ort-cpu): x.mean([2, 3]) to [N, C] is the same tensor in either frame."""
+    model = _reduce_to_2d(axes)
+    out, report = run_pass(layout, model, True)
     assert "Transpose" not in ops(out) and report.transposes_removed == 1, ops(out)
     _same_numerics(model, out)
 
 
-@pytest.mark.parametrize("axes", [[2], [3], [0]])
-def test_a_reduction_that_would_reorder_the_kept_axes_keeps_its_transpose(axes):
-    model = _mean_to_2d(axes)
-    out, _ = _layout(model)
-    assert ops(out) == ["Transpose", "ReduceMean"], ops(out)
+@pytest.mark.parametrize("axes, op, spatial_means", [
+    ([2, 3], "ReduceMean", False),  # other targets: as before
+    ([2, 3], "ReduceMax", True),  # no library op takes it: ORT's strided loop over the middle axes
+    ([1], "ReduceMean", True), ([1, 2, 3], "ReduceMean", True),  # not over H and W alone
+    ([2], "ReduceMean", True), ([0], "ReduceMean", True),  # the kept axes would come out reordered
+], ids=["other_target", "max", "channels", "three_axes", "height", "batch"])
+def test_other_reductions_that_drop_axes_keep_their_transpose(axes, op, spatial_means):
+    model = _reduce_to_2d(axes, op)
+    out, _ = run_pass(layout, model, spatial_means)
+    assert ops(out) == ["Transpose", op], ops(out)
     _same_numerics(model, out)
 
 

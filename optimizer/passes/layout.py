@@ -4,10 +4,12 @@ with Transposes only where a region meets an op that needs NCHW or a graph input
 The fuse pass wraps every FusedConv in Transposes. Here they are pushed down through
 layout-agnostic ops (elementwise ops with their broadcast constants permuted, Concat, Split,
 Slice, Pad, nearest Resize, reductions, GlobalAverage/MaxPool as a ReduceMean/Max over H and W:
-one table, HANDLERS, says which ops and how) and pairs that compose to the identity cancel. A
-reduction that drops the axes it reduces ends the region where the axes it keeps lie in the same
-order in both frames (a mean over H and W to [N, C], MNASNet's and ShuffleNetV2's head): its output
-is the same tensor either way, and no Transpose follows it. Pushing
+one table, HANDLERS, says which ops and how) and pairs that compose to the identity cancel. With
+`spatial_means` (ort-cpu, where channel_mean makes it the library's ChannelMean), a ReduceMean over H
+and W that drops those axes (x.mean([2, 3]) to [N, C], MNASNet's and ShuffleNetV2's head) ends the
+region: its output is the same tensor in either frame, and no Transpose goes before it. Elsewhere it
+stays in NCHW behind its Transpose, as ONNX Runtime's reductions over the middle axes are strided
+loops (and no GPU measurement has weighed the other form). Pushing
 can cost a Transpose where a tensor also feeds an NCHW-only op, so two policies run on copies of the
 graph — push only where it does not add a Transpose, and push wherever possible — and the result
 with fewer Transposes is kept.
@@ -153,8 +155,8 @@ def _axis(a: int, rank: int, p) -> int:
 
 
 class _Pusher:
-    def __init__(self, graph: gs.Graph, greedy: bool):
-        self.graph, self.greedy = graph, greedy
+    def __init__(self, graph: gs.Graph, greedy: bool, spatial_means: bool):
+        self.graph, self.greedy, self.spatial_means = graph, greedy, spatial_means
 
     def data_inputs(self, node: gs.Node) -> list[int]:
         params = HANDLERS[node.op].params
@@ -304,11 +306,12 @@ def _reduction(pusher: _Pusher, node: gs.Node, p) -> bool:
     if axes is None:
         return False  # all axes: left as it is
     axes = [int(a) % 4 for a in axes]
+    moved = sorted(_axis(a, 4, p) for a in axes)
     if drops_axes(node):
         kept = [_axis(a, 4, p) for a in range(4) if a not in axes]
-        if kept != sorted(kept):
-            return False  # the kept axes would come out in another order
-    pusher.set_axes(node, [_axis(a, 4, p) for a in axes])
+        if not (pusher.spatial_means and node.op == "ReduceMean" and moved == [1, 2] and kept == sorted(kept)):
+            return False  # left in NCHW: only a mean over H and W to [N, C] becomes ChannelMean
+    pusher.set_axes(node, moved)
     return True
 
 
@@ -343,8 +346,8 @@ def _count_transposes(graph: gs.Graph) -> int:
     return sum(1 for n in graph.nodes if n.op == "Transpose")
 
 
-def _run(graph: gs.Graph, greedy: bool) -> gs.Graph:
-    pusher = _Pusher(graph, greedy)
+def _run(graph: gs.Graph, greedy: bool, spatial_means: bool) -> gs.Graph:
+    pusher = _Pusher(graph, greedy, spatial_means)
     for _ in range(1000):
         changed = False
         graph.toposort()
@@ -362,9 +365,10 @@ def _run(graph: gs.Graph, greedy: bool) -> gs.Graph:
     return graph
 
 
-def layout(graph: gs.Graph, report: Report) -> gs.Graph:
+def layout(graph: gs.Graph, report: Report, spatial_means: bool = False) -> gs.Graph:
+    """`spatial_means`: end regions at a ReduceMean over H and W that drops them (see above)."""
     before = _count_transposes(graph)
-    results = [_run(graph.copy(), greedy) for greedy in (False, True)]
+    results = [_run(graph.copy(), greedy, spatial_means) for greedy in (False, True)]
     best = min(results, key=_count_transposes)
     report.transposes_removed += before - _count_transposes(best)
     return best.toposort()
