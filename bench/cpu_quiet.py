@@ -5,10 +5,11 @@ model's less, so a speed-up read while the cache is loaded says little about a q
 come and go within seconds, too briefly for a 30-round `epifuse compare` started by hand.
 
 Both models' sessions stay open (ORT's default spinning pools, or `--threads`). Every `--period` seconds a probe
-runs the original 100 times; when its median is under `--quiet-ms`, a short interleaved A/B follows at once
-(4 blocks a side of 40 runs, each block after 60 ms of untimed runs while the other side's pool spins down, as
-`epifuse compare --spinning` does), then `compare` itself (10 rounds), and the line says whether the probe after
-them still read quiet. Every probe is logged, with a UTC time, to stdout and `--log`.
+runs the original 100 times; when its median is under `--quiet-ms`, pairs of blocks follow at once (the
+optimized model's, then the original's, 40 runs each, each block after 60 ms of untimed runs while the other
+side's pool spins down, as `epifuse compare --spinning` does) for as long as the original's blocks read quiet
+(20 pairs at most); the quiet pairs' ratios are the reading. Then `compare` itself (10 rounds), and whether the
+probe after it still read quiet. Every probe is logged, with a UTC time, to stdout and `--log`.
 
     python bench/cpu_quiet.py ORIGINAL.onnx OPTIMIZED.onnx --quiet-ms 2.0 --minutes 60 [--log quiet.log]
 """
@@ -74,15 +75,17 @@ def main() -> int:
             say(f"probe {probe:.3f} ms")
         else:
             original, optimized = [], []
-            for _ in range(4):
+            while len(original) < 20 and (not original or original[-1] < args.quiet_ms):
                 optimized.append(block(1, 40))
                 original.append(block(0, 40))
-            a, b = float(np.median(original)), float(np.median(optimized))
+            quiet = [a / b for a, b in zip(original, optimized) if a < args.quiet_ms]
             r = compare(args.original, args.optimized, backend="ort-cpu", batch=args.batch, spinning=True,
                         rounds=10, threads=args.threads)
             after = block(0, 100)
-            say(f"probe {probe:.3f} ms, quiet: short A/B original {a:.3f} ms, optimized {b:.3f} ms, {a / b:.3f}x "
-                f"(blocks: {' '.join(f'{v:.2f}' for v in original)} / {' '.join(f'{v:.2f}' for v in optimized)}); "
+            ratios = (f"{len(quiet)} quiet pairs, median {np.median(quiet):.3f}x ({min(quiet):.3f}-{max(quiet):.3f})"
+                      if quiet else "no quiet pair")
+            say(f"probe {probe:.3f} ms, quiet: {ratios} (blocks, original / optimized ms: "
+                f"{' '.join(f'{v:.2f}' for v in original)} / {' '.join(f'{v:.2f}' for v in optimized)}); "
                 f"compare original {r['original_ms']:.3f} ms, optimized {r['optimized_ms']:.3f} ms, "
                 f"{r['speedup']:.3f}x ({r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}); probe after {after:.3f} ms "
                 f"({'quiet' if after < args.quiet_ms else 'loaded'})")
