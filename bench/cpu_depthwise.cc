@@ -13,7 +13,6 @@
 // running their binaries alternately, several times, and taking each layer's best.
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,9 +21,11 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_kernel_bench.h"
 #include "depthwise_fused_conv.h"
 
 using namespace epifuse;
+using namespace epifuse_bench;
 
 namespace {
 
@@ -40,12 +41,6 @@ const Layer kLayers[] = {
     {56, 72, 5, 2, "relu", true},        {28, 120, 5, 1, "relu", true},        {28, 240, 3, 2, "hardswish", false},
     {14, 200, 3, 1, "hardswish", false}, {14, 480, 3, 1, "hardswish", true},   {14, 672, 3, 1, "hardswish", true},
     {14, 672, 5, 2, "hardswish", true},  {7, 960, 5, 1, "hardswish", true}};
-
-struct Aligned {
-  explicit Aligned(size_t n) : data(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64))) {}
-  ~Aligned() { std::free(data); }
-  float* data;
-};
 
 // A pool of one spinning helper: the caller and the helper pull piece indices from one counter.
 class SpinPool {
@@ -148,25 +143,15 @@ int main(int argc, char** argv) {
     }
     const size_t in = static_cast<size_t>(l.H) * l.H * l.C, out = static_cast<size_t>(p.P() * p.Q() * l.C);
     Aligned x(in), w(static_cast<size_t>(l.C * l.R * l.R)), b(l.C), y(out), mean(l.C);
-    for (size_t i = 0; i < in; ++i) x.data[i] = static_cast<float>(i % 97) / 97.f - 0.5f;
-    for (int i = 0; i < l.C * l.R * l.R; ++i) w.data[i] = static_cast<float>(i % 13) / 13.f - 0.5f;
+    fill_pattern(x.data, in, 97);
+    fill_pattern(w.data, static_cast<size_t>(l.C * l.R * l.R), 13);
     std::fill(b.data, b.data + l.C, 0.1f);
     DepthwiseConv conv;
-    double best = 1e30;
-    for (int round = 0; round < 7; ++round) {
-      const int calls = 50;
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < calls; ++i) {
-        status = conv.run_with_mean(p, x.data, w.data, true, b.data, nullptr, y.data,
-                                    l.pooled ? mean.data : nullptr, parallel_for);
-        if (!status.ok()) {
-          std::fprintf(stderr, "%s\n", status.message().c_str());
-          return 1;
-        }
-      }
-      const double us = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls * 1e6;
-      best = std::min(best, us);
-    }
+    const double best = best_call_us(7, 50, [&] {
+      return conv.run_with_mean(p, x.data, w.data, true, b.data, nullptr, y.data, l.pooled ? mean.data : nullptr,
+                                parallel_for);
+    });
+    if (best < 0) return 1;
     const double fmas = static_cast<double>(out) * l.R * l.R / 16;  // 16-lane multiply-adds
     const double floor = fmas / (peak_gfma * 1e3 * threads);
     total += best;

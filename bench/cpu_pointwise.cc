@@ -12,7 +12,6 @@
 // counts whole output vectors (24 channels as 32). Two builds compare by running their binaries alternately,
 // several times, and taking each layer's best.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kernel_bench.h"
 #include "pointwise_fused_conv.h"
 
 using namespace epifuse;
+using namespace epifuse_bench;
 
 namespace {
 
@@ -39,12 +40,6 @@ const Layer kLayers[] = {
     {56, 64, 24, "identity", false}, {56, 72, 24, "identity", true},  {28, 40, 120, "relu", false},
     {28, 120, 40, "identity", true}, {28, 40, 240, "hardswish", false}, {14, 80, 200, "hardswish", false},
     {14, 112, 672, "hardswish", false}, {112, 32, 16, "identity", false}, {28, 32, 192, "relu", false}};
-
-struct Aligned {
-  explicit Aligned(size_t n) : data(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64))) {}
-  ~Aligned() { std::free(data); }
-  float* data;
-};
 
 }  // namespace
 
@@ -78,25 +73,15 @@ int main(int argc, char** argv) {
     }
     const size_t pixels = static_cast<size_t>(l.H) * l.H;
     Aligned x(pixels * l.C), w(static_cast<size_t>(l.K) * l.C), b(l.K), z(pixels * l.K), y(pixels * l.K);
-    for (size_t i = 0; i < pixels * l.C; ++i) x.data[i] = static_cast<float>(i % 97) / 97.f - 0.5f;
-    for (size_t i = 0; i < pixels * l.K; ++i) z.data[i] = static_cast<float>(i % 89) / 89.f - 0.5f;
-    for (int i = 0; i < l.K * l.C; ++i) w.data[i] = static_cast<float>(i % 13) / 13.f - 0.5f;
+    fill_pattern(x.data, pixels * l.C, 97);
+    fill_pattern(z.data, pixels * l.K, 89);
+    fill_pattern(w.data, static_cast<size_t>(l.K) * l.C, 13);
     std::fill(b.data, b.data + l.K, 0.1f);
     PointwiseConv conv;
-    double best = 1e30;
-    for (int round = 0; round < 9; ++round) {
-      const int calls = 40;
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < calls; ++i) {
-        status = conv.run(p, x.data, w.data, true, b.data, l.residual ? z.data : nullptr, y.data, serial);
-        if (!status.ok()) {
-          std::fprintf(stderr, "%s\n", status.message().c_str());
-          return 1;
-        }
-      }
-      const double us = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls * 1e6;
-      best = std::min(best, us);
-    }
+    const double best = best_call_us(9, 40, [&] {
+      return conv.run(p, x.data, w.data, true, b.data, l.residual ? z.data : nullptr, y.data, serial);
+    });
+    if (best < 0) return 1;
     const double fmas = static_cast<double>(pixels) * l.C * ((l.K + 15) / 16);  // 16-lane multiply-adds
     const double floor = fmas / (peak_gfma * 1e3);
     total += best;
