@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
     if (pool) {
       pool->run(n, body);
     } else {
-      for (int64_t i = 0; i < n; ++i) body(i);
+      parallel_for_serial(n, body);
     }
   };
   std::printf("| depthwise layer | activation | pool | µs | FMA floor µs | of peak |\n|---|---|---|---:|---:|---:|\n");
