@@ -5,13 +5,19 @@ model's less, so a speed-up read while the cache is loaded says little about a q
 come and go within seconds, too briefly for a 30-round `epifuse compare` started by hand.
 
 Both models' sessions stay open (ORT's default spinning pools, or `--threads`). Every `--period` seconds a probe
-runs the original 100 times; when its median is under `--quiet-ms`, pairs of blocks follow at once (the
-optimized model's, then the original's, 40 runs each, each block after 60 ms of untimed runs while the other
-side's pool spins down, as `epifuse compare --spinning` does) for as long as the original's blocks read quiet
-(20 pairs at most); the quiet pairs' ratios are the reading. Then `compare` itself (10 rounds), and whether the
-probe after it still read quiet. Every probe is logged, with a UTC time, to stdout and `--log`.
+runs the original `--probe-runs` times; when its median is under `--quiet-ms`, pairs of blocks follow at once
+(the optimized model's, then the original's, `--block-runs` runs each, each block after 60 ms of untimed runs
+while the other side's pool spins down, as `epifuse compare --spinning` does) for as long as the original's
+blocks read quiet (20 pairs at most); the quiet pairs' ratios are the reading. Only the original's block is
+tested for quiet, so a pair whose optimized block ran loaded counts against the optimized model. Then
+`compare` itself (`--compare-rounds`, 0 for none), and whether the probe after it still read quiet. Every probe
+is logged, with a UTC time, to stdout and `--log`, and after each spell the median and quartiles of every
+quiet pair so far.
 
     python bench/cpu_quiet.py ORIGINAL.onnx OPTIMIZED.onnx --quiet-ms 2.0 --minutes 60 [--log quiet.log]
+
+Spells shorter than a second (evenings on the machine of docs/bench-cpu.md) need short blocks and frequent
+probes, and no compare after them: `--period 1 --probe-runs 20 --block-runs 10 --compare-rounds 0`.
 """
 from __future__ import annotations
 
@@ -38,6 +44,9 @@ def main() -> int:
     ap.add_argument("--quiet-ms", type=float, required=True, help="a probe of the original under this is quiet")
     ap.add_argument("--minutes", type=float, default=60)
     ap.add_argument("--period", type=float, default=10, help="seconds between probes")
+    ap.add_argument("--probe-runs", type=int, default=100, help="runs of the original a probe")
+    ap.add_argument("--block-runs", type=int, default=40, help="runs of one side in a block of a pair")
+    ap.add_argument("--compare-rounds", type=int, default=10, help="rounds of compare after a spell (0: none)")
     ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ORT's, one a core)")
     ap.add_argument("--batch", type=int, default=1, help="the batch of a symbolic first dimension")
     ap.add_argument("--log", help="also append every line to this file")
@@ -69,26 +78,34 @@ def main() -> int:
     for side in (0, 1):  # first runs: allocations, oneDNN's primitives, the library's kernel timings
         block(side, 20)
     end = time.time() + args.minutes * 60
+    every_quiet_pair: list[float] = []
     while time.time() < end:
-        probe = block(0, 100)
+        probe = block(0, args.probe_runs)
         if probe >= args.quiet_ms:
             say(f"probe {probe:.3f} ms")
         else:
             original, optimized = [], []
             while len(original) < 20 and (not original or original[-1] < args.quiet_ms):
-                optimized.append(block(1, 40))
-                original.append(block(0, 40))
+                optimized.append(block(1, args.block_runs))
+                original.append(block(0, args.block_runs))
             quiet = [a / b for a, b in zip(original, optimized) if a < args.quiet_ms]
-            r = compare(args.original, args.optimized, backend="ort-cpu", batch=args.batch, spinning=True,
-                        rounds=10, threads=args.threads)
-            after = block(0, 100)
+            every_quiet_pair += quiet
+            compared = ""
+            if args.compare_rounds > 0:
+                r = compare(args.original, args.optimized, backend="ort-cpu", batch=args.batch, spinning=True,
+                            rounds=args.compare_rounds, threads=args.threads)
+                compared = (f"; compare original {r['original_ms']:.3f} ms, optimized {r['optimized_ms']:.3f} ms, "
+                            f"{r['speedup']:.3f}x ({r['speedup_q1']:.3f}-{r['speedup_q3']:.3f})")
+            after = block(0, args.probe_runs)
             ratios = (f"{len(quiet)} quiet pairs, median {np.median(quiet):.3f}x ({min(quiet):.3f}-{max(quiet):.3f})"
                       if quiet else "no quiet pair")
             say(f"probe {probe:.3f} ms, quiet: {ratios} (blocks, original / optimized ms: "
-                f"{' '.join(f'{v:.2f}' for v in original)} / {' '.join(f'{v:.2f}' for v in optimized)}); "
-                f"compare original {r['original_ms']:.3f} ms, optimized {r['optimized_ms']:.3f} ms, "
-                f"{r['speedup']:.3f}x ({r['speedup_q1']:.3f}-{r['speedup_q3']:.3f}); probe after {after:.3f} ms "
-                f"({'quiet' if after < args.quiet_ms else 'loaded'})")
+                f"{' '.join(f'{v:.2f}' for v in original)} / {' '.join(f'{v:.2f}' for v in optimized)})"
+                f"{compared}; probe after {after:.3f} ms ({'quiet' if after < args.quiet_ms else 'loaded'})")
+            if every_quiet_pair:
+                q1, median, q3 = np.percentile(every_quiet_pair, [25, 50, 75])
+                say(f"every quiet pair so far: {len(every_quiet_pair)}, median {median:.3f}x "
+                    f"(interquartile {q1:.3f}-{q3:.3f}, {min(every_quiet_pair):.3f}-{max(every_quiet_pair):.3f})")
         time.sleep(args.period)
     return 0
 
