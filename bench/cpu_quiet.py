@@ -9,15 +9,18 @@ runs the original `--probe-runs` times; when its median is under `--quiet-ms`, p
 (the optimized model's, then the original's, `--block-runs` runs each, each block after 60 ms of untimed runs
 while the other side's pool spins down, as `epifuse compare --spinning` does) for as long as the original's
 blocks read quiet (20 pairs at most); the quiet pairs' ratios are the reading. Only the original's block is
-tested for quiet, so a pair whose optimized block ran loaded counts against the optimized model. Then
-`compare` itself (`--compare-rounds`, 0 for none), and whether the probe after it still read quiet. Every probe
-is logged, with a UTC time, to stdout and `--log`, and after each spell the median and quartiles of every
-quiet pair so far.
+tested for quiet (or the probe model after the pair), so a pair whose optimized block ran loaded counts against
+the optimized model. Then `compare` itself (`--compare-rounds`, 0 for none), and whether the probe after it
+still read quiet. Every probe is logged, with a UTC time, to stdout and `--log`, and after each spell the
+median and quartiles of every quiet pair so far.
 
     python bench/cpu_quiet.py ORIGINAL.onnx OPTIMIZED.onnx --quiet-ms 2.0 --minutes 60 [--log quiet.log]
 
 Spells shorter than a second (evenings on the machine of docs/bench-cpu.md) need short blocks and frequent
 probes, and no compare after them: `--period 1 --probe-runs 20 --block-runs 10 --compare-rounds 0`.
+`--probe-model M`: the probes (and the check after each pair) time M instead of the original, so that a model
+whose quiet time is not known is read in the spells a known one shows (MobileNetV3-Large under 2.0 ms on that
+machine).
 """
 from __future__ import annotations
 
@@ -50,21 +53,24 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ORT's, one a core)")
     ap.add_argument("--batch", type=int, default=1, help="the batch of a symbolic first dimension")
     ap.add_argument("--log", help="also append every line to this file")
+    ap.add_argument("--probe-model", help="probe this model instead of the original (one whose quiet time is known)")
     args = ap.parse_args()
     preload_onednn()
-    feeds = random_inputs(load_model_split(args.original)[0], batch=args.batch)
+    paths = [args.original, args.optimized] + ([args.probe_model] if args.probe_model else [])
+    feeds = [random_inputs(load_model_split(path)[0], batch=args.batch) for path in paths]
     sessions = [ort.InferenceSession(path, session_options(threads=args.threads), providers=["CPUExecutionProvider"])
-                for path in (args.original, args.optimized)]
+                for path in paths]
+    probe_side = 2 if args.probe_model else 0
 
     def block(side: int, runs: int) -> float:
         """Median ms of `runs` runs of one side, after SETTLE_SECONDS of untimed ones."""
         settled = time.perf_counter() + SETTLE_SECONDS
         while time.perf_counter() < settled:
-            sessions[side].run(None, feeds)
+            sessions[side].run(None, feeds[side])
         times = []
         for _ in range(runs):
             start = time.perf_counter()
-            sessions[side].run(None, feeds)
+            sessions[side].run(None, feeds[side])
             times.append(time.perf_counter() - start)
         return float(np.median(times)) * 1e3
 
@@ -75,20 +81,23 @@ def main() -> int:
             with open(args.log, "a") as log:
                 print(line, file=log)
 
-    for side in (0, 1):  # first runs: allocations, oneDNN's primitives, the library's kernel timings
+    for side in range(len(sessions)):  # first runs: allocations, oneDNN's primitives, the library's kernel timings
         block(side, 20)
     end = time.time() + args.minutes * 60
     every_quiet_pair: list[float] = []
     while time.time() < end:
-        probe = block(0, args.probe_runs)
+        probe = block(probe_side, args.probe_runs)
         if probe >= args.quiet_ms:
             say(f"probe {probe:.3f} ms")
         else:
-            original, optimized = [], []
-            while len(original) < 20 and (not original or original[-1] < args.quiet_ms):
+            original, optimized, counted = [], [], []
+            while len(original) < 20 and (not counted or counted[-1]):
                 optimized.append(block(1, args.block_runs))
                 original.append(block(0, args.block_runs))
-            quiet = [a / b for a, b in zip(original, optimized) if a < args.quiet_ms]
+                # with a probe model, the pair counts where the probe after it still reads quiet
+                after_pair = original[-1] if probe_side == 0 else block(probe_side, args.block_runs)
+                counted.append(after_pair < args.quiet_ms)
+            quiet = [a / b for a, b, c in zip(original, optimized, counted) if c]
             every_quiet_pair += quiet
             compared = ""
             if args.compare_rounds > 0:
@@ -96,7 +105,7 @@ def main() -> int:
                             rounds=args.compare_rounds, threads=args.threads)
                 compared = (f"; compare original {r['original_ms']:.3f} ms, optimized {r['optimized_ms']:.3f} ms, "
                             f"{r['speedup']:.3f}x ({r['speedup_q1']:.3f}-{r['speedup_q3']:.3f})")
-            after = block(0, args.probe_runs)
+            after = block(probe_side, args.probe_runs)
             ratios = (f"{len(quiet)} quiet pairs, median {np.median(quiet):.3f}x ({min(quiet):.3f}-{max(quiet):.3f})"
                       if quiet else "no quiet pair")
             say(f"probe {probe:.3f} ms, quiet: {ratios} (blocks, original / optimized ms: "
