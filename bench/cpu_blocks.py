@@ -23,6 +23,7 @@ import collections
 import json
 import os
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def main() -> int:
     args = ap.parse_args()
     preload_onednn()
     feeds = random_inputs(load_model_split(args.original)[0], batch=1)
-    prefix = f"/tmp/cpu_blocks_{os.getpid()}"
+    prefix = os.path.join(tempfile.gettempdir(), f"cpu_blocks_{os.getpid()}")
     sides = [Profiled(path, args.threads, f"{prefix}_{i}") for i, path in enumerate((args.original, args.optimized))]
     for side in sides:  # first runs: allocations, oneDNN's primitives, the library's kernel timings
         side.block(feeds, 20, False)
@@ -118,7 +119,7 @@ def main() -> int:
                 times.append(time.perf_counter() - start)
             return float(np.median(times)) * 1e3 < args.quiet_ms
 
-        quiet(20)
+        quiet(20)  # the probe session's first runs
         end = time.time() + args.minutes * 60
         while time.time() < end:
             while time.time() < end and quiet(20):

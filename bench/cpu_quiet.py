@@ -47,7 +47,7 @@ def main() -> int:
     ap.add_argument("--quiet-ms", type=float, required=True, help="a probe of the original under this is quiet")
     ap.add_argument("--minutes", type=float, default=60)
     ap.add_argument("--period", type=float, default=10, help="seconds between probes")
-    ap.add_argument("--probe-runs", type=int, default=100, help="runs of the original a probe")
+    ap.add_argument("--probe-runs", type=int, default=100, help="runs a probe (of the original, or --probe-model)")
     ap.add_argument("--block-runs", type=int, default=40, help="runs of one side in a block of a pair")
     ap.add_argument("--compare-rounds", type=int, default=10, help="rounds of compare after a spell (0: none)")
     ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ORT's, one a core)")
