@@ -30,13 +30,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from optimizer.compare import SPINNING_SETTLE_SECONDS  # the other side's pool spins down
 from optimizer.libraries import preload_onednn
 from optimizer.passes.load import load_model_split
 from optimizer.runtime import session_options
 from optimizer.verify import random_inputs
 
 BLOCK_RUNS = 10
-SETTLE_SECONDS = 0.06  # the other side's pool spins down (optimizer/compare.py's SPINNING_SETTLE_SECONDS)
 
 
 class Profiled:
@@ -51,7 +51,7 @@ class Profiled:
         self.kept: list[int] = []  # indices of the runs that count
 
     def block(self, feeds: dict, runs: int, keep: bool) -> None:
-        settled = time.perf_counter() + SETTLE_SECONDS
+        settled = time.perf_counter() + SPINNING_SETTLE_SECONDS
         while time.perf_counter() < settled:
             self.run(feeds, False)
         for _ in range(runs):
@@ -81,7 +81,10 @@ class Profiled:
                 continue
             i = int(np.searchsorted(starts, e["ts"], side="right")) - 1
             if i >= 0 and e["ts"] <= ends[i]:
-                per_run.setdefault(e["name"][: -len("_kernel_time")], np.zeros(len(kept)))[i] += e["dur"]
+                name = e["name"][: -len("_kernel_time")]
+                if name not in per_run:
+                    per_run[name] = np.zeros(len(kept))
+                per_run[name][i] += e["dur"]
         return {name: float(np.median(v)) for name, v in per_run.items()}
 
 
@@ -146,7 +149,7 @@ def main() -> int:
             order.setdefault(key, None)
             sums[key] += us
         blocks.append(sums)
-    print(f"| block | original µs | optimized µs | original / optimized |\n|---|---:|---:|---:|")
+    print("| block | original µs | optimized µs | original / optimized |\n|---|---:|---:|---:|")
     for key in sorted(order, key=lambda k: (k == "other", list(order).index(k))):
         a, b = blocks[0][key], blocks[1][key]
         print(f"| {key} | {a:.1f} | {b:.1f} | {a / b if b else float('inf'):.2f}x |")

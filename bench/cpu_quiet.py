@@ -31,13 +31,11 @@ import time
 import numpy as np
 import onnxruntime as ort
 
-from optimizer.compare import compare
+from optimizer.compare import SPINNING_SETTLE_SECONDS, compare  # the other side's pool spins down
 from optimizer.libraries import preload_onednn
 from optimizer.passes.load import load_model_split
 from optimizer.runtime import session_options
 from optimizer.verify import random_inputs
-
-SETTLE_SECONDS = 0.06  # the other side's pool spins down (optimizer/compare.py's SPINNING_SETTLE_SECONDS)
 
 
 def main() -> int:
@@ -63,8 +61,8 @@ def main() -> int:
     probe_side = 2 if args.probe_model else 0
 
     def block(side: int, runs: int) -> float:
-        """Median ms of `runs` runs of one side, after SETTLE_SECONDS of untimed ones."""
-        settled = time.perf_counter() + SETTLE_SECONDS
+        """Median ms of `runs` runs of one side, after SPINNING_SETTLE_SECONDS of untimed ones."""
+        settled = time.perf_counter() + SPINNING_SETTLE_SECONDS
         while time.perf_counter() < settled:
             sessions[side].run(None, feeds[side])
         times = []
